@@ -1,0 +1,38 @@
+# The README's first two commands are `make run` and `make test`; each sets up .venv itself.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint install test-integration test-unit bench clean
+
+run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stops it)
+	$(BIN)/memledger up
+
+test: $(STAMP)           ## the whole suite, against real engines (what CI runs)
+	$(BIN)/python -m pytest -q
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest -q tests/integration tests/e2e
+
+lint: $(STAMP)           ## ruff and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/memledger bench ingest --json
+
+install: $(STAMP)        ## only set up .venv (with .venv/bin/memledger)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

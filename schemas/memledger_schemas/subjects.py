@@ -1,0 +1,78 @@
+"""Every NATS subject, stream and header name memledger uses, in one place.
+
+Subjects carry the tenant as a token so that NATS permissions can fence tenants:
+``<prefix>.evt.<tenant>.<space>.<event_type>`` for events,
+``<prefix>.in.<tenant>.<command>`` for intake, ``<prefix>.dlq.<source>.<tenant>`` for dead letters.
+"""
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "memledger"
+
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+HDR_POSITION = "Memledger-Position"
+HDR_EVENT_TYPE = "Memledger-Event-Type"
+HDR_SCHEMA_VERSION = "Memledger-Schema-Version"
+HDR_TRACEPARENT = "traceparent"
+HDR_REPLY_TO = "Memledger-Reply-To"
+"""Intake: where to send the command's result. (A JetStream publish's own reply subject gets the
+stream's PubAck, which only says the command was received, not that it was committed.)"""
+HDR_DLQ_REASON = "Memledger-Dead-Letter-Reason"
+HDR_DLQ_SUBJECT = "Memledger-Original-Subject"
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Names derived from one subject prefix (``MEMLEDGER_NATS_PREFIX``)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def _stem(self) -> str:
+        return self.prefix.upper().replace(".", "_").replace("-", "_")
+
+    @property
+    def events_stream(self) -> str:
+        return f"{self._stem}_EVENTS"
+
+    @property
+    def intake_stream(self) -> str:
+        return f"{self._stem}_INTAKE"
+
+    @property
+    def dead_letter_stream(self) -> str:
+        return f"{self._stem}_DLQ"
+
+    @property
+    def all_events(self) -> str:
+        return f"{self.prefix}.evt.>"
+
+    @property
+    def all_intake(self) -> str:
+        return f"{self.prefix}.in.>"
+
+    @property
+    def all_dead_letters(self) -> str:
+        return f"{self.prefix}.dlq.>"
+
+    @property
+    def intake_consumer(self) -> str:
+        return "ingest-intake"
+
+    def event(self, tenant: str, space: str, event_type: str) -> str:
+        return f"{self.prefix}.evt.{tenant}.{space}.{event_type}"
+
+    def intake(self, tenant: str, command: str) -> str:
+        return f"{self.prefix}.in.{tenant}.{command}"
+
+    def dead_letter(self, source: str, tenant: str) -> str:
+        return f"{self.prefix}.dlq.{source}.{tenant}"
+
+    def parse_intake(self, subject: str) -> tuple[str, str] | None:
+        """``(tenant, command)`` of an intake subject, or ``None`` if it is not one."""
+        head = f"{self.prefix}.in."
+        if not subject.startswith(head):
+            return None
+        parts = subject[len(head):].split(".")
+        return (parts[0], parts[1]) if len(parts) == 2 else None

@@ -1,0 +1,1 @@
+"""The `memledger` command: runs the services, the embedded engines, and operator tools."""

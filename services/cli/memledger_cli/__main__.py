@@ -1,0 +1,3 @@
+from memledger_cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""``memledger bench <scenario> --json``: each scenario measures memledger's path and the raw
+engine beside it in the same run, and prints one JSON object."""
+
+import argparse
+from typing import Any
+
+from memledger_platform.settings import Settings
+
+
+def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
+    from memledger_cli.bench.ingest import SCENARIO as INGEST
+
+    bench: argparse.ArgumentParser = commands.add_parser(
+        "bench", help="measure a scenario; prints one JSON object with --json")
+    scenarios = bench.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    for scenario in (INGEST,):
+        sub = scenarios.add_parser(scenario.name, help=scenario.help)
+        sub.add_argument("--json", action="store_true", help="print only the JSON result")
+        scenario.add_arguments(sub)
+        sub.set_defaults(bench=scenario)
+    return bench
+
+
+def run_bench(args: argparse.Namespace, settings: Settings) -> int:
+    result: int = args.bench.run(args, settings)
+    return result

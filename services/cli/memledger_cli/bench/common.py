@@ -1,0 +1,127 @@
+"""Shared bench plumbing: a scenario record, a private memledger server, percentiles, progress."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memledger_platform.engines import free_port
+from memledger_platform.settings import Settings
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Settings], int]
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    postgres_dsn: str
+    nats_url: str
+
+
+@contextmanager
+def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A fresh ``memledger up`` in its own process and data directory, so the load generator
+    (this process) and the server do not share an interpreter, as with real clients."""
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as home:
+        ports = {name: free_port() for name in ("HTTP", "POSTGRES", "NATS")}
+        env = {**os.environ, "MEMLEDGER_HOME": home, "MEMLEDGER_MODE": "embedded",
+               "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning",
+               **{f"MEMLEDGER_{k}_PORT": str(v) for k, v in ports.items()}, **(extra_env or {})}
+        log_path = Path(home) / "server.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "memledger_cli", "up"], env=env,
+                                    stdout=log, stderr=subprocess.STDOUT)
+            try:
+                url = f"http://127.0.0.1:{ports['HTTP']}"
+                _wait_healthy(url, proc, log_path)
+                yield Server(url, f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
+                             f"nats://127.0.0.1:{ports['NATS']}")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+
+
+def _wait_healthy(url: str, proc: "subprocess.Popen[bytes]", log_path: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"memledger exited during start-up:\n{log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"memledger did not become healthy:\n{log_path.read_text()[-3000:]}")
+
+
+def wait_relayed(url: str, timeout: float = 120.0) -> float:
+    """Seconds until the relay has published everything committed so far."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        health = httpx.get(f"{url}/health", timeout=5).json()
+        if health["relay_lag"] == 0:
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise RuntimeError(f"relay still {health['relay_lag']} events behind after {timeout}s")
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``values``."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+class Steps:
+    """Progress of a bench's phases on a terminal (stderr); silent otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self._progress: Progress | None = None
+        if sys.stderr.isatty():
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      TimeElapsedColumn(), transient=True)
+            self._task = self._progress.add_task("starting", total=total)
+
+    def __enter__(self) -> "Steps":
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def step(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=description, advance=1)
+        else:
+            print(f"bench: {description}", file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    width = max(len(k) for k in result)
+    for key, value in result.items():
+        print(f"{key:<{width}}  {value}")

@@ -1,0 +1,39 @@
+"""``memledger up``: the whole service in one process on the embedded engines (the default),
+or on external ones in distributed mode."""
+
+import asyncio
+import sys
+
+from memledger_platform.lifecycle import run_until_signalled
+from memledger_platform.settings import Settings
+
+from memledger_cli.embedded import engines
+
+
+def up(settings: Settings) -> None:
+    """Start engines and services; block until Ctrl-C or SIGTERM; stop everything."""
+    from memledger_ingest.bootstrap import serve
+
+    print(f"memledger: starting ({settings.mode} mode, data in "
+          f"{settings.home.expanduser().resolve()}) ...", file=sys.stderr, flush=True)
+    with engines(settings) as endpoints:
+        def ready(url: str) -> None:
+            _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url)
+
+        asyncio.run(run_until_signalled(lambda stop: serve(settings, endpoints, stop, ready)))
+    print("memledger: stopped", file=sys.stderr, flush=True)
+
+
+def _banner(settings: Settings, url: str, dsn: str, nats_url: str) -> None:
+    body = '{"space_id": "demo"}'
+    fact = '{"kind": "fact", "content": "The sky is blue"}'
+    print(f"""
+memledger is up ({settings.mode})
+  HTTP API   {url}   (GET {url}/health, docs at {url}/docs)
+  postgres   {dsn}
+  nats       {nats_url}
+try:
+  curl -s -X POST {url}/v1/spaces -H 'content-type: application/json' -d '{body}'
+  curl -s -X POST {url}/v1/spaces/demo/memories -H 'content-type: application/json' -d '{fact}'
+Ctrl-C stops memledger and its engines.
+""", flush=True)

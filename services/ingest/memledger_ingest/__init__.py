@@ -1,0 +1,1 @@
+"""The ingest service: validates commands, appends events (the commit), relays them."""

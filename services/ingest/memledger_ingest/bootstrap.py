@@ -1,0 +1,119 @@
+"""The composition root of the ingest service: builds the adapters from settings and runs the
+writer, the relay, the NATS intake consumer and the HTTP API until told to stop."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client
+
+from memledger_platform import bus, http_server
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
+
+from memledger_ingest.http import create_app
+from memledger_ingest.intake import Intake
+from memledger_ingest.relay import Relay
+from memledger_ingest.writer import GroupCommitWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the engines are: given by settings (distributed) or started by ``memledger up``."""
+
+    postgres_dsn: str
+    nats_url: str
+
+
+def endpoints_from(settings: Settings) -> Endpoints:
+    if not settings.postgres_dsn or not settings.nats_url:
+        raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL, or use "
+                         "`memledger up` to start embedded engines")
+    return Endpoints(settings.postgres_dsn, settings.nats_url)
+
+
+@dataclass
+class IngestService:
+    store: PostgresEventStore
+    nc: Client
+    writer: GroupCommitWriter
+    relay: Relay
+    intake: Intake
+
+
+async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
+    store = PostgresEventStore(datastore_from_dsn(
+        endpoints.postgres_dsn, schema=settings.postgres_schema,
+        pool_size=settings.postgres_pool_size))
+    await asyncio.to_thread(store.create_tables)
+    nc = await bus.connect(endpoints.nats_url, "memledger-ingest")
+    js = nc.jetstream(publish_async_max_pending=settings.relay_batch * 2)
+    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+    relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
+                  poll_seconds=settings.relay_poll_seconds)
+    writer = GroupCommitWriter(store, max_group_events=settings.writer_max_group_events,
+                               on_commit=relay.notify)
+    intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
+    return IngestService(store, nc, writer, relay, intake)
+
+
+async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
+                on_ready: Callable[[str], None] | None = None) -> None:
+    """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
+    requests, finish the writer's queue, relay what was committed, then disconnect."""
+    service = await build(settings, endpoints)
+    sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
+                            setting="MEMLEDGER_HTTP_PORT")
+    app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback)
+    service.writer.start()
+    inputs_stop, relay_stop = asyncio.Event(), asyncio.Event()
+    relay_task = asyncio.create_task(service.relay.run(relay_stop))
+    inputs = [asyncio.create_task(http_server.serve(app, sock, inputs_stop))]
+    if settings.intake_enabled:
+        inputs.append(asyncio.create_task(service.intake.run(inputs_stop)))
+    if on_ready is not None:
+        on_ready(http_server.address(sock))
+    await stop.wait()
+    inputs_stop.set()
+    await asyncio.gather(*inputs)
+    await asyncio.to_thread(service.writer.stop)
+    await _drain_relay(service.relay)
+    relay_stop.set()
+    await relay_task
+    await service.nc.drain()
+    await asyncio.to_thread(service.store.close)
+
+
+async def run(settings: Settings) -> None:
+    """Distributed-mode entry: ingest alone against external PostgreSQL and NATS."""
+    from memledger_platform.lifecycle import run_until_signalled
+
+    endpoints = endpoints_from(settings)
+    await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce))
+
+
+def _announce(url: str) -> None:
+    log.info("ingest listening on %s", url)
+
+
+async def _drain_relay(relay: Relay, timeout: float = 10.0) -> None:
+    async def drain() -> None:
+        while await relay.relay_once():
+            pass
+
+    try:
+        await asyncio.wait_for(drain(), timeout)
+    except Exception as error:  # noqa: BLE001  (it resumes on the next start; nothing is lost)
+        log.warning("relay did not finish before shutdown: %s", error)
+
+
+async def _health(service: IngestService) -> dict[str, Any]:
+    position = await asyncio.to_thread(service.store.max_position)
+    relayed = service.relay.cursor.position
+    return {"status": "ok", "position": position, "relayed_position": relayed,
+            "relay_lag": max(0, position - relayed), "nats_connected": service.nc.is_connected,
+            "intake_dead_letters": service.intake.dead_letters}

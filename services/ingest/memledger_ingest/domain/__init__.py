@@ -1,0 +1,1 @@
+"""Pure write-side domain: no I/O, no clocks, no drivers. Values in, events out."""

@@ -1,0 +1,60 @@
+"""Stream identity and the state of a stream folded from its events."""
+
+from dataclasses import dataclass, replace
+from typing import Literal
+from uuid import UUID, uuid5
+
+StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback"]
+Status = Literal["active", "archived", "ended", "superseded", "retracted"]
+
+_NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """A stream named by what it holds; its id is derived per tenant, so two tenants that use
+    the same item id or space name never share (or even see) a stream."""
+
+    kind: StreamKind
+    key: str
+
+    def stream_id(self, tenant: str) -> UUID:
+        return uuid5(_NAMESPACE, f"{tenant}/{self.kind}/{self.key}")
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """What the write side needs to know about a stream to decide on a command."""
+
+    version: int
+    space_id: str
+    status: Status
+    policy_version: int = 0
+
+
+_STATUS_AFTER: dict[str, Status] = {
+    "space.created": "active",
+    "space.archived": "archived",
+    "agent.registered": "active",
+    "session.started": "active",
+    "session.ended": "ended",
+    "memory.asserted": "active",
+    "memory.superseded": "superseded",
+    "memory.retracted": "retracted",
+    "memory.archived": "archived",
+    "entity.upserted": "active",
+    "relation.asserted": "active",
+    "relation.retracted": "retracted",
+    "feedback.recorded": "active",
+}
+
+
+def evolve(state: StreamState | None, event_type: str, space_id: str) -> StreamState:
+    """The state after one more event on the stream (events of other types keep the status)."""
+    if state is None:
+        return StreamState(version=1, space_id=space_id, status=_STATUS_AFTER.get(event_type,
+                                                                                "active"))
+    status = _STATUS_AFTER.get(event_type, state.status)
+    bump = 1 if event_type == "space.policy_set" else 0
+    return replace(state, version=state.version + 1, status=status,
+                   policy_version=state.policy_version + bump)

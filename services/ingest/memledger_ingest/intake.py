@@ -1,0 +1,150 @@
+"""NATS intake: commands published to ``<prefix>.in.<tenant>.<command>`` by services.
+
+Messages land in a durable work-queue stream; this consumer validates each, submits it to the
+writer like an HTTP call would, and acks only after the commit. Acknowledgement policy:
+
+- committed (or an idempotent repeat)  → reply with the result, ack;
+- invalid or refused (poison)          → dead-letter subject with the reason, reply, term;
+- transient (event store unavailable)  → nak with a delay, to be redelivered.
+
+A message without an ``idempotency_key`` gets one derived from its stream sequence, so a
+redelivery after a commit whose ack was lost is answered from the first commit, not applied twice.
+"""
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
+from pydantic import ValidationError
+
+from memledger_schemas.commands import BY_NAME, CommandBase
+from memledger_schemas.subjects import (
+    HDR_DLQ_REASON,
+    HDR_DLQ_SUBJECT,
+    HDR_REPLY_TO,
+    HDR_TRACEPARENT,
+    Subjects,
+)
+from memledger_schemas.types import SLUG_PATTERN
+
+from memledger_ingest.domain.errors import DomainError
+from memledger_ingest.problems import (
+    Problem,
+    invalid_request,
+    malformed,
+    refused,
+    result_body,
+)
+from memledger_ingest.writer import GroupCommitWriter, Rejected
+
+log = logging.getLogger(__name__)
+
+_TENANT = re.compile(SLUG_PATTERN)
+NAK_DELAY_SECONDS = 2.0
+
+
+class Intake:
+    def __init__(self, nc: Client, js: JetStreamContext, writer: GroupCommitWriter,
+                 subjects: Subjects, *, batch: int = 256) -> None:
+        self._nc = nc
+        self._js = js
+        self._writer = writer
+        self._subjects = subjects
+        self._batch = batch
+        self.dead_letters = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set."""
+        sub = await self._js.pull_subscribe(
+            self._subjects.all_intake, durable=self._subjects.intake_consumer,
+            stream=self._subjects.intake_stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0,
+                                  max_ack_pending=self._batch * 8))
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(self._batch, timeout=0.5)
+            except TimeoutError:
+                continue
+            await asyncio.gather(*(self.handle(msg) for msg in msgs))
+
+    async def handle(self, msg: Msg) -> None:
+        """Apply one intake message and settle it (ack, term or nak), never raising."""
+        try:
+            tenant, command = self._parse(msg)
+        except _Poison as poison:
+            await self._dead_letter(msg, poison.problem)
+            return
+        try:
+            results = await self._writer.submit(tenant, [command], actor="nats",
+                                                traceparent=(msg.headers or {}).get(
+                                                    HDR_TRACEPARENT))
+        except (Rejected, DomainError) as error:
+            await self._dead_letter(msg, refused(error))
+            return
+        except Exception as error:  # noqa: BLE001  (transient: the store will come back)
+            log.warning("intake will retry %s: %s", msg.subject, error)
+            await msg.nak(delay=NAK_DELAY_SECONDS)
+            return
+        await self._reply(msg, result_body(results[0]))
+        await msg.ack()
+
+    def _parse(self, msg: Msg) -> tuple[str, CommandBase]:
+        parsed = self._subjects.parse_intake(msg.subject)
+        if parsed is None:
+            raise _Poison(malformed("subject", f"expected {self._subjects.intake('<tenant>', '<command>')}"))
+        tenant, name = parsed
+        if _invalid_tenant(tenant):
+            raise _Poison(malformed("subject.tenant", f"{tenant!r} is not a valid tenant id"))
+        if name not in BY_NAME:
+            raise _Poison(malformed("subject.command", f"unknown command {name!r}; one of "
+                                    + ", ".join(sorted(BY_NAME))))
+        body = _body(msg)
+        if body.setdefault("command", name) != name:
+            raise _Poison(malformed("command", f"body says {body['command']!r}, subject {name!r}"))
+        body.setdefault("idempotency_key", f"nats-intake:{msg.metadata.sequence.stream}")
+        try:
+            return tenant, BY_NAME[name].model_validate(body)
+        except ValidationError as error:
+            raise _Poison(invalid_request(error)) from None
+
+    async def _dead_letter(self, msg: Msg, problem: Problem) -> None:
+        parsed = self._subjects.parse_intake(msg.subject)
+        tenant = parsed[0] if parsed and not _invalid_tenant(parsed[0]) else "_invalid"
+        headers = {HDR_DLQ_REASON: problem.message[:1024], HDR_DLQ_SUBJECT: msg.subject}
+        await self._js.publish(self._subjects.dead_letter("intake", tenant), msg.data,
+                               headers=headers)
+        self.dead_letters += 1
+        log.warning("intake dead-lettered %s: %s", msg.subject, problem.message)
+        await self._reply(msg, problem.body())
+        await msg.term()
+
+    async def _reply(self, msg: Msg, body: dict[str, Any]) -> None:
+        reply_to = (msg.headers or {}).get(HDR_REPLY_TO)
+        if reply_to:
+            await self._nc.publish(reply_to, orjson.dumps(body))
+
+
+class _Poison(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+def _invalid_tenant(tenant: str) -> bool:
+    return _TENANT.fullmatch(tenant) is None
+
+
+def _body(msg: Msg) -> dict[str, Any]:
+    try:
+        body = orjson.loads(msg.data)
+    except orjson.JSONDecodeError as error:
+        raise _Poison(malformed("body", f"not valid JSON: {error}")) from None
+    if not isinstance(body, dict):
+        raise _Poison(malformed("body", "must be a JSON object"))
+    return body

@@ -1,0 +1,361 @@
+"""Group commit: one writer thread turns concurrent submissions into shared transactions.
+
+A *submission* is one command, or an atomic batch of commands, from one tenant. The writer
+takes every submission queued while the previous transaction was in flight, decides them in
+order against the current stream states (each submission sees the effects of those before it),
+and commits all accepted events in one ``EventStore.append``. If another writer took a stream
+version or idempotency key meanwhile, the cached states are dropped and each submission of the
+group is retried on its own, so only a real conflict is refused.
+"""
+
+import asyncio
+import hashlib
+import logging
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from memledger_platform.eventstore import (
+    EventStore,
+    IdempotencyKeyTaken,
+    IdempotencyRecord,
+    StreamConflict,
+)
+from memledger_platform.eventstore.port import IdempotentResult
+from memledger_platform.ids import uuid7
+from memledger_schemas.commands import CommandBase
+from memledger_schemas.envelope import EventEnvelope
+
+from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
+from memledger_ingest.domain.errors import DomainError, Invalid
+from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+
+log = logging.getLogger(__name__)
+
+_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one accepted command wrote (or, for a retry of an idempotent command, had written)."""
+
+    command: str
+    event_ids: tuple[str, ...]
+    positions: tuple[int, ...]
+    stream_version: int
+    ids: dict[str, str]
+    duplicate: bool = False
+
+    @property
+    def position(self) -> int:
+        return self.positions[-1]
+
+
+class Rejected(Exception):
+    """A command of a submission was refused; nothing of the submission was written."""
+
+    def __init__(self, index: int, error: DomainError) -> None:
+        super().__init__(f"command {index}: {error}")
+        self.index = index
+        self.error = error
+
+
+@dataclass
+class _Unit:
+    tenant: str
+    commands: tuple[CommandBase, ...]
+    contexts: tuple[Context, ...]
+    traceparent: str | None
+    done: Callable[[list[CommandResult] | BaseException], None]
+
+
+@dataclass
+class _Plan:
+    """A unit's outcome within a group before the commit."""
+
+    unit: _Unit
+    events: list[EventEnvelope]
+    keys: list[IdempotencyRecord]
+    slices: list[tuple[int, int, Decision | None]]
+    states: dict[UUID, StreamState]
+    replayed: list[CommandResult | None] = field(default_factory=list)
+
+
+class GroupCommitWriter:
+    """The single writer of one ingest process. ``submit`` is called from the event loop."""
+
+    def __init__(self, store: EventStore, *, max_group_events: int = 4_000,
+                 cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
+                 new_id: Callable[[], UUID] = uuid7) -> None:
+        self._store = store
+        self._max_group = max_group_events
+        self._cache: OrderedDict[UUID, StreamState] = OrderedDict()
+        self._cache_size = cache_size
+        self._on_commit = on_commit
+        self._new_id = new_id
+        self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="memledger-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish what is queued, then stop."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    async def submit(self, tenant: str, commands: Sequence[CommandBase], *,
+                     actor: str = "api", traceparent: str | None = None) -> list[CommandResult]:
+        """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[CommandResult]] = loop.create_future()
+
+        def done(outcome: list[CommandResult] | BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+        contexts = tuple(Context(tenant, self._new_id(), _actor(c, actor)) for c in commands)
+        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done))
+        return await future
+
+    # --- writer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while (first := self._queue.get()) is not None:
+            group, stopping = self._drain(first)
+            self._commit_group(group)
+            if stopping:
+                return
+
+    def _drain(self, first: _Unit) -> tuple[list[_Unit], bool]:
+        group, size = [first], len(first.commands)
+        while size < self._max_group:
+            try:
+                unit = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if unit is None:
+                return group, True
+            group.append(unit)
+            size += len(unit.commands)
+        return group, False
+
+    def _commit_group(self, group: list[_Unit]) -> None:
+        try:
+            self._attempt(group)
+        except (StreamConflict, IdempotencyKeyTaken):
+            self._cache.clear()
+            for unit in group:
+                self._commit_alone(unit)
+        except Exception as error:  # noqa: BLE001  (every waiter must hear of the failure)
+            log.exception("event store append failed")
+            for unit in group:
+                unit.done(error)
+
+    def _commit_alone(self, unit: _Unit) -> None:
+        for attempt in range(_RETRIES):
+            try:
+                self._attempt([unit])
+                return
+            except (StreamConflict, IdempotencyKeyTaken) as error:
+                self._cache.clear()
+                if attempt == _RETRIES - 1:
+                    unit.done(error)
+            except Exception as error:  # noqa: BLE001
+                unit.done(error)
+                return
+
+    def _attempt(self, group: list[_Unit]) -> None:
+        known = self._known_keys(group)
+        states = self._load_states(group)
+        plans = [p for unit in group if (p := self._plan(unit, states, known)) is not None]
+        events = [e for p in plans for e in p.events]
+        keys = [k for p in plans for k in p.keys]
+        committed = self._store.append(events, keys) if events else []
+        self._finish(plans, [c.position for c in committed])
+
+    # --- idempotency ---------------------------------------------------------------------
+
+    def _known_keys(self, group: list[_Unit]) -> dict[tuple[str, str], IdempotentResult]:
+        by_tenant: dict[str, list[str]] = {}
+        for unit in group:
+            keys = [c.idempotency_key for c in unit.commands if c.idempotency_key]
+            by_tenant.setdefault(unit.tenant, []).extend(keys)
+        known: dict[tuple[str, str], IdempotentResult] = {}
+        for tenant, keys in by_tenant.items():
+            if keys:
+                found = self._store.find_idempotent(tenant, keys)
+                known.update({(tenant, k): r for k, r in found.items()})
+        return known
+
+    # --- state -----------------------------------------------------------------------------
+
+    def _load_states(self, group: list[_Unit]) -> dict[UUID, StreamState]:
+        wanted = {ref.stream_id(unit.tenant)
+                  for unit in group for cmd, ctx in zip(unit.commands, unit.contexts, strict=True)
+                  for ref in reads_of(cmd, ctx)}
+        states = {sid: self._cache[sid] for sid in wanted if sid in self._cache}
+        missing = [sid for sid in wanted if sid not in states]
+        for sid, events in self._store.read_streams(missing).items():
+            state: StreamState | None = None
+            for event in events:
+                state = evolve(state, event.event_type, event.fields()["space_id"])
+            if state is not None:
+                states[sid] = state
+        return states
+
+    def _remember(self, states: dict[UUID, StreamState]) -> None:
+        for sid, state in states.items():
+            self._cache[sid] = state
+            self._cache.move_to_end(sid)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    # --- planning ------------------------------------------------------------------------
+
+    def _plan(self, unit: _Unit, states: dict[UUID, StreamState],
+              known: dict[tuple[str, str], IdempotentResult]) -> _Plan | None:
+        """Decide every command of the unit against ``states`` (updated in place only if the
+        whole unit is accepted); report a refusal to the unit and return ``None``."""
+        overlay = dict(states)
+        plan = _Plan(unit, [], [], [], overlay)
+        seen: set[str] = set()
+        try:
+            for index, (cmd, ctx) in enumerate(zip(unit.commands, unit.contexts, strict=True)):
+                self._plan_one(plan, index, cmd, ctx, known, seen)
+        except Rejected as rejection:
+            unit.done(rejection)
+            return None
+        states.update(overlay)
+        return plan
+
+    def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
+                  known: dict[tuple[str, str], IdempotentResult], seen: set[str]) -> None:
+        key = cmd.idempotency_key
+        request_hash = _request_hash(cmd)
+        if key is not None:
+            earlier = known.get((ctx.tenant, key))
+            if earlier is not None or key in seen:
+                _check_same_request(index, earlier, request_hash)
+                plan.slices.append((len(plan.events), len(plan.events), None))
+                plan.replayed.append(_replayed(earlier) if earlier else None)
+                return
+            seen.add(key)
+        overlay = plan.states
+
+        def lookup(ref: StreamRef) -> StreamState | None:
+            return overlay.get(ref.stream_id(ctx.tenant))
+
+        try:
+            decision = decide(cmd, ctx, lookup)
+        except DomainError as error:
+            raise Rejected(index, error) from error
+        start = len(plan.events)
+        plan.events.extend(self._envelopes(plan, cmd, ctx, decision))
+        plan.slices.append((start, len(plan.events), decision))
+        plan.replayed.append(None)
+        if key is not None:
+            plan.keys.append(_key_record(ctx, key, request_hash, plan.events[start:], cmd,
+                                         decision))
+
+    def _envelopes(self, plan: _Plan, cmd: CommandBase, ctx: Context, decision: Decision
+                   ) -> list[EventEnvelope]:
+        stream_id = decision.target.stream_id(ctx.tenant)
+        envelopes = []
+        for payload in decision.events:
+            state = plan.states.get(stream_id)
+            envelopes.append(EventEnvelope(
+                event_id=self._new_id(), event_type=payload.event_type,
+                schema_version=payload.schema_version, stream_id=stream_id,
+                stream_version=(state.version if state else 0) + 1, tenant_id=ctx.tenant,
+                space_id=decision.space_id, session_id=decision.session_id,
+                agent_id=cmd.agent_id, actor=ctx.actor, valid_from=decision.valid_from,
+                valid_to=decision.valid_to, idempotency_key=cmd.idempotency_key,
+                causation_id=cmd.causation_id, correlation_id=cmd.correlation_id,
+                traceparent=plan.unit.traceparent, payload=payload.model_dump(mode="json")))
+            plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id)
+        return envelopes
+
+    # --- after commit ----------------------------------------------------------------------
+
+    def _finish(self, plans: list[_Plan], positions: list[int]) -> None:
+        offset = 0
+        for plan in plans:
+            self._remember({e.stream_id: plan.states[e.stream_id] for e in plan.events})
+            plan.unit.done(_results(plan, positions[offset:offset + len(plan.events)]))
+            offset += len(plan.events)
+        if positions and self._on_commit is not None:
+            self._on_commit(positions[-1])
+
+
+def _results(plan: _Plan, positions: list[int]) -> list[CommandResult]:
+    """The unit's results; ``positions`` are those of the unit's own events. A key repeated
+    inside the unit gets the result of its first use."""
+    results: list[CommandResult] = []
+    by_key: dict[str, CommandResult] = {}
+    for cmd, (start, end, decision), prior in zip(plan.unit.commands, plan.slices,
+                                                  plan.replayed, strict=True):
+        if decision is None:
+            result = prior or by_key[cmd.idempotency_key or ""]
+        else:
+            events = plan.events[start:end]
+            result = CommandResult(
+                command=_name(cmd), event_ids=tuple(str(e.event_id) for e in events),
+                positions=tuple(positions[start:end]),
+                stream_version=events[-1].stream_version, ids=decision.ids)
+            if cmd.idempotency_key:
+                by_key[cmd.idempotency_key] = result
+        results.append(result)
+    return results
+
+
+def _settle(future: "asyncio.Future[list[CommandResult]]",
+            outcome: list[CommandResult] | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _name(cmd: CommandBase) -> str:
+    return str(getattr(cmd, "command", type(cmd).__name__))
+
+
+def _actor(cmd: CommandBase, default: str) -> str:
+    if cmd.actor:
+        return cmd.actor
+    return f"agent:{cmd.agent_id}" if cmd.agent_id else default
+
+
+def _request_hash(cmd: CommandBase) -> str:
+    return hashlib.sha256(cmd.model_dump_json().encode()).hexdigest()[:32]
+
+
+def _check_same_request(index: int, earlier: IdempotentResult | None, request_hash: str) -> None:
+    if earlier is not None and earlier.record.request_hash != request_hash:
+        raise Rejected(index, Invalid("idempotency_key",
+                                      "already used for a different request in this tenant"))
+
+
+def _key_record(ctx: Context, key: str, request_hash: str, events: list[EventEnvelope],
+                cmd: CommandBase, decision: Decision) -> IdempotencyRecord:
+    response: dict[str, Any] = {"command": _name(cmd), "ids": decision.ids,
+                                "event_ids": [str(e.event_id) for e in events]}
+    return IdempotencyRecord(ctx.tenant, key, request_hash, events[0].stream_id,
+                             events[0].stream_version, events[-1].stream_version, response)
+
+
+def _replayed(earlier: IdempotentResult) -> CommandResult:
+    record = earlier.record
+    return CommandResult(
+        command=record.response["command"], event_ids=tuple(record.response["event_ids"]),
+        positions=earlier.positions, stream_version=record.last_version,
+        ids=record.response["ids"], duplicate=True)

@@ -1,0 +1,1 @@
+"""Infrastructure shared by memledger services: settings, clock, ids, event store, engines."""

@@ -1,0 +1,83 @@
+"""An in-memory ``EventStore`` for unit tests: same contract, no durability."""
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from memledger_platform.eventstore.port import (
+    Committed,
+    EventStore,
+    IdempotencyKeyTaken,
+    IdempotencyRecord,
+    IdempotentResult,
+    RecordedEvent,
+    StreamConflict,
+    encode,
+)
+from memledger_schemas.envelope import EventEnvelope
+
+
+class InMemoryEventStore(EventStore):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._log: list[RecordedEvent] = []
+        self._versions: set[tuple[UUID, int]] = set()
+        self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
+
+    def append(self, events: Sequence[EventEnvelope],
+               keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
+        with self._lock:
+            self._check(events, keys)
+            return [self._commit(event) for event in events] + self._remember(keys)
+
+    def _check(self, events: Sequence[EventEnvelope], keys: Sequence[IdempotencyRecord]) -> None:
+        slots = [(e.stream_id, e.stream_version) for e in events]
+        if len(set(slots)) != len(slots) or self._versions.intersection(slots):
+            raise StreamConflict(f"stream version taken among {slots}")
+        names = [(k.tenant_id, k.key) for k in keys]
+        if len(set(names)) != len(names) or set(names) & self._keys.keys():
+            raise IdempotencyKeyTaken(f"idempotency key taken among {names}")
+
+    def _commit(self, event: EventEnvelope) -> Committed:
+        now = datetime.now(UTC)
+        if self._log and now <= self._log[-1].recorded_at:
+            now = self._log[-1].recorded_at + timedelta(microseconds=1)
+        recorded = RecordedEvent(len(self._log) + 1, now, event.stream_id, event.stream_version,
+                                 event.event_type, encode(event))
+        self._log.append(recorded)
+        self._versions.add((event.stream_id, event.stream_version))
+        return Committed(recorded.position, recorded.recorded_at)
+
+    def _remember(self, keys: Sequence[IdempotencyRecord]) -> list[Committed]:
+        for key in keys:
+            self._keys[(key.tenant_id, key.key)] = key
+        return []
+
+    def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:
+        wanted = set(stream_ids)
+        found: dict[UUID, list[RecordedEvent]] = {}
+        with self._lock:
+            for event in self._log:
+                if event.stream_id in wanted:
+                    found.setdefault(event.stream_id, []).append(event)
+        return found
+
+    def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
+        with self._lock:
+            return self._log[after:after + limit]
+
+    def max_position(self) -> int:
+        with self._lock:
+            return len(self._log)
+
+    def find_idempotent(self, tenant_id: str, keys: Sequence[str]
+                        ) -> dict[str, IdempotentResult]:
+        with self._lock:
+            found = {k: self._keys[(tenant_id, k)] for k in keys if (tenant_id, k) in self._keys}
+            return {k: IdempotentResult(r, self._positions(r)) for k, r in found.items()}
+
+    def _positions(self, record: IdempotencyRecord) -> tuple[int, ...]:
+        versions = range(record.first_version, record.last_version + 1)
+        return tuple(e.position for e in self._log
+                     if e.stream_id == record.stream_id and e.stream_version in versions)

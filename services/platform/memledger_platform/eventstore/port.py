@@ -1,0 +1,116 @@
+"""``EventStore``: append-only streams with a global, gapless-safe order.
+
+Contract shared by every adapter (and checked by one test suite run against each):
+
+- ``append`` is atomic: all events and idempotency records of the call commit, or none do.
+- Positions are assigned at commit, strictly increasing, and never reused; a reader that has
+  seen position N never later finds a new event at a position below N (gapless-safe).
+- ``recorded_at`` is assigned at commit and never decreases in position order.
+- A stream version can be taken once: a second event at the same (stream, version) makes the
+  whole append fail with ``StreamConflict``. A second record for the same (tenant, key) makes it
+  fail with ``IdempotencyKeyTaken``.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from memledger_schemas.envelope import EventEnvelope
+
+
+@dataclass(frozen=True)
+class Committed:
+    position: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """A committed event as stored: its envelope JSON without the commit fields, plus those."""
+
+    position: int
+    recorded_at: datetime
+    stream_id: UUID
+    stream_version: int
+    event_type: str
+    data: bytes
+
+    def document(self) -> bytes:
+        """The full envelope as JSON, commit fields included (what is published and exported)."""
+        tail = orjson.dumps({"global_position": self.position,
+                             "recorded_at": self.recorded_at.isoformat()})
+        # Splice rather than re-encode: ``data`` is a JSON object without these two keys.
+        return self.data[:-1] + b"," + tail[1:]
+
+    def fields(self) -> dict[str, Any]:
+        """The stored envelope fields, decoded (cheap; no validation)."""
+        decoded: dict[str, Any] = orjson.loads(self.data)
+        return decoded
+
+    def envelope(self) -> EventEnvelope:
+        """The validated envelope, commit fields included."""
+        return EventEnvelope.model_validate_json(self.document())
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    """What a command with an idempotency key produced, kept to answer its retries."""
+
+    tenant_id: str
+    key: str
+    request_hash: str
+    stream_id: UUID
+    first_version: int
+    last_version: int
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IdempotentResult:
+    """A stored idempotency record with the positions its events were committed at."""
+
+    record: IdempotencyRecord
+    positions: tuple[int, ...]
+
+
+class StreamConflict(Exception):
+    """A stream version in the append was already taken by another writer."""
+
+
+class IdempotencyKeyTaken(Exception):
+    """An idempotency key in the append was already recorded by another writer."""
+
+
+def encode(envelope: EventEnvelope) -> bytes:
+    """The stored form of an uncommitted envelope (commit fields are the store's to add)."""
+    return envelope.model_dump_json(exclude={"global_position", "recorded_at"}).encode()
+
+
+class EventStore(ABC):
+    @abstractmethod
+    def append(self, events: Sequence[EventEnvelope],
+               keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
+        """Commit ``events`` (uncommitted envelopes) and ``keys`` atomically; return one
+        ``Committed`` per event, in order. Raises ``StreamConflict``/``IdempotencyKeyTaken``."""
+
+    @abstractmethod
+    def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:
+        """Every event of each named stream, in version order (absent streams are omitted)."""
+
+    @abstractmethod
+    def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
+        """Up to ``limit`` events with position > ``after``, in position order."""
+
+    @abstractmethod
+    def max_position(self) -> int:
+        """The highest committed position, 0 for an empty store."""
+
+    @abstractmethod
+    def find_idempotent(self, tenant_id: str, keys: Sequence[str]
+                        ) -> dict[str, IdempotentResult]:
+        """The stored results of those keys that have been used in this tenant."""

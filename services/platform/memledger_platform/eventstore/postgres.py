@@ -1,0 +1,196 @@
+"""``EventStore`` on PostgreSQL through the eventsourcing library's application recorder.
+
+The library supplies the table, the connection pool, the pipelined insert, the optimistic
+concurrency primary key (stream, version) and the notification log whose ids are our global
+positions; its EXCLUSIVE table lock makes commit order equal position order, so a reader that
+tails positions never skips a late commit. We add, in the same transaction: a ``recorded_at``
+column assigned under that lock (so it never decreases in position order, even if the clock
+steps back), and the idempotency records. See docs/adr/0002-event-store.md.
+"""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+import orjson
+import psycopg
+from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow
+from psycopg.sql import SQL, Identifier
+
+from memledger_platform.eventstore.port import (
+    Committed,
+    EventStore,
+    IdempotencyKeyTaken,
+    IdempotencyRecord,
+    IdempotentResult,
+    RecordedEvent,
+    StreamConflict,
+    encode,
+)
+from memledger_schemas.envelope import EventEnvelope
+
+EVENTS_TABLE = "memledger_events"
+_COLUMNS = "originator_id, originator_version, topic, state, notification_id, recorded_at"
+
+
+class _Recorder(PostgresApplicationRecorder):
+    """The library's recorder with a commit timestamp column and idempotency records."""
+
+    def __init__(self, datastore: PostgresDatastore, table: str) -> None:
+        super().__init__(datastore, events_table_name=table)
+        ids = {"schema": Identifier(datastore.schema), "table": Identifier(table),
+               "keys": Identifier(f"{table}_idempotency"),
+               "type": Identifier(self.stored_event_type_name),
+               "index": Identifier(f"{table}_recorded_at_idx")}
+        self.sql_create_statements.extend([
+            SQL("ALTER TABLE {schema}.{table} ADD COLUMN IF NOT EXISTS recorded_at timestamptz "
+                "NOT NULL DEFAULT clock_timestamp()").format(**ids),
+            SQL("CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (recorded_at)"
+                ).format(**ids),
+            SQL("CREATE TABLE IF NOT EXISTS {schema}.{keys} (tenant_id text NOT NULL, "
+                "key text NOT NULL, request_hash text NOT NULL, stream_id uuid NOT NULL, "
+                "first_version bigint NOT NULL, last_version bigint NOT NULL, "
+                "response jsonb NOT NULL, PRIMARY KEY (tenant_id, key))").format(**ids),
+        ])
+        # The max() initplan runs after the table lock is taken, so each commit's timestamps
+        # start at or after the previous commit's last one.
+        self.insert_events_statement = SQL(
+            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state, "
+            "recorded_at) SELECT e.originator_id, e.originator_version, e.topic, e.state, "
+            "greatest(clock_timestamp(), (SELECT max(recorded_at) FROM {schema}.{table})) "
+            "FROM unnest(%s::{schema}.{type}[]) AS e RETURNING notification_id, recorded_at"
+        ).format(**ids)
+        self.insert_keys_statement = SQL(
+            "INSERT INTO {schema}.{keys} SELECT * FROM unnest(%s::text[], %s::text[], "
+            "%s::text[], %s::uuid[], %s::bigint[], %s::bigint[], %s::jsonb[])").format(**ids)
+
+    def _insert_events(self, curs: psycopg.Cursor[DictRow], stored_events: Sequence[StoredEvent],
+                       **kwargs: Any) -> None:
+        keys: Sequence[IdempotencyRecord] = kwargs.get("keys", ())
+        if keys:
+            curs.execute(self.insert_keys_statement, _key_columns(keys))
+
+    def _fetch_ids_after_insert_events(self, curs: psycopg.Cursor[DictRow],
+                                       stored_events: Sequence[StoredEvent],
+                                       **kwargs: Any) -> Sequence[int]:
+        rows = curs.fetchall()
+        kwargs["committed"].extend(
+            Committed(row["notification_id"], row["recorded_at"]) for row in rows)
+        return [row["notification_id"] for row in rows]
+
+
+def _key_columns(keys: Sequence[IdempotencyRecord]) -> list[list[Any]]:
+    return [[k.tenant_id for k in keys], [k.key for k in keys], [k.request_hash for k in keys],
+            [k.stream_id for k in keys], [k.first_version for k in keys],
+            [k.last_version for k in keys],
+            [orjson.dumps(k.response).decode() for k in keys]]
+
+
+def datastore_from_dsn(dsn: str, *, schema: str = "", pool_size: int = 4) -> PostgresDatastore:
+    """A library datastore (connection pool) for a libpq connection string."""
+    params = conninfo_to_dict(dsn)
+    return PostgresDatastore(
+        dbname=str(params.get("dbname", "postgres")), host=str(params.get("host", "127.0.0.1")),
+        port=str(params.get("port", 5432)), user=str(params.get("user", "postgres")),
+        password=str(params.get("password", "")), pool_size=pool_size, max_overflow=pool_size,
+        schema=schema, pool_open_timeout=30.0)
+
+
+class PostgresEventStore(EventStore):
+    """The system of record. Thread-safe: the pool hands each call its own connection."""
+
+    def __init__(self, datastore: PostgresDatastore, table: str = EVENTS_TABLE) -> None:
+        self._datastore = datastore
+        self._recorder = _Recorder(datastore, table)
+        self._table = Identifier(datastore.schema), Identifier(table)
+        self._keys_table = Identifier(datastore.schema), Identifier(f"{table}_idempotency")
+
+    def create_tables(self) -> None:
+        """Create the schema objects if missing (safe to call on every start)."""
+        with self._datastore.transaction(commit=True) as curs:
+            curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(self._table[0]))
+        self._recorder.create_table()
+
+    def close(self) -> None:
+        self._datastore.close()
+
+    def append(self, events: Sequence[EventEnvelope],
+               keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
+        stored = [StoredEvent(originator_id=e.stream_id, originator_version=e.stream_version,
+                              topic=e.event_type, state=encode(e)) for e in events]
+        committed: list[Committed] = []
+        try:
+            self._recorder.insert_events(stored, keys=keys, committed=committed)
+        except IntegrityError as error:
+            raise _classify(error) from error
+        return committed
+
+    def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:
+        if not stream_ids:
+            return {}
+        query = SQL("SELECT {cols} FROM {0}.{1} WHERE originator_id = ANY(%s) "
+                    "ORDER BY originator_id, originator_version").format(
+            *self._table, cols=SQL(_COLUMNS))
+        found: dict[UUID, list[RecordedEvent]] = {}
+        for event in self._select(query, (list(stream_ids),)):
+            found.setdefault(event.stream_id, []).append(event)
+        return found
+
+    def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
+        query = SQL("SELECT {cols} FROM {0}.{1} WHERE notification_id > %s "
+                    "ORDER BY notification_id LIMIT %s").format(*self._table, cols=SQL(_COLUMNS))
+        return list(self._select(query, (after, limit)))
+
+    def max_position(self) -> int:
+        return self._recorder.max_notification_id() or 0
+
+    def find_idempotent(self, tenant_id: str, keys: Sequence[str]
+                        ) -> dict[str, IdempotentResult]:
+        if not keys:
+            return {}
+        query = SQL("SELECT k.*, array_agg(e.notification_id ORDER BY e.originator_version) "
+                    "AS positions FROM {0}.{1} k JOIN {2}.{3} e ON e.originator_id = k.stream_id "
+                    "AND e.originator_version BETWEEN k.first_version AND k.last_version "
+                    "WHERE k.tenant_id = %s AND k.key = ANY(%s) GROUP BY k.tenant_id, k.key"
+                    ).format(*self._keys_table, *self._table)
+        with self._cursor() as curs:
+            curs.execute(query, (tenant_id, list(keys)))
+            return {row["key"]: _idempotent_result(row) for row in curs.fetchall()}
+
+    def _select(self, query: SQL | Any, params: tuple[Any, ...]) -> Iterator[RecordedEvent]:
+        with self._cursor() as curs:
+            curs.execute(query, params)
+            for row in curs.fetchall():
+                yield _recorded(row)
+
+    @contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[DictRow]]:
+        with self._datastore.get_connection() as conn, conn.cursor() as curs:
+            yield curs
+
+
+def _recorded(row: DictRow) -> RecordedEvent:
+    return RecordedEvent(position=row["notification_id"], recorded_at=row["recorded_at"],
+                         stream_id=row["originator_id"], stream_version=row["originator_version"],
+                         event_type=row["topic"], data=bytes(row["state"]))
+
+
+def _idempotent_result(row: DictRow) -> IdempotentResult:
+    record = IdempotencyRecord(
+        tenant_id=row["tenant_id"], key=row["key"], request_hash=row["request_hash"],
+        stream_id=row["stream_id"], first_version=row["first_version"],
+        last_version=row["last_version"], response=row["response"])
+    return IdempotentResult(record, tuple(row["positions"]))
+
+
+def _classify(error: IntegrityError) -> Exception:
+    cause = error.__cause__
+    constraint = getattr(getattr(cause, "diag", None), "constraint_name", "") or ""
+    if constraint.endswith("_idempotency_pkey"):
+        return IdempotencyKeyTaken(str(error))
+    return StreamConflict(str(error))
+

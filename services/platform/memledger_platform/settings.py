@@ -1,0 +1,89 @@
+"""Typed settings, read once at start-up from ``MEMLEDGER_*`` environment variables and passed
+down. A bad value fails start-up with a message naming the variable."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memledger_schemas.subjects import Subjects
+from memledger_schemas.types import Slug
+
+ENV_PREFIX = "MEMLEDGER_"
+DEFAULT_HTTP_PORT = 8420
+
+Port = int
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    mode: Literal["embedded", "distributed"] = "embedded"
+    home: Path = Field(default=Path(".memledger"),
+                       description="data directory of the embedded engines")
+
+    postgres_dsn: str | None = Field(default=None, description="distributed mode: libpq DSN")
+    postgres_port: Port | None = Field(default=None, ge=1, le=65_535)
+    postgres_schema: str = Field(default="public", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    postgres_pool_size: int = Field(default=4, ge=1, le=64)
+
+    nats_url: str | None = Field(default=None, description="distributed mode: nats:// URL(s)")
+    nats_port: Port | None = Field(default=None, ge=1, le=65_535)
+    nats_prefix: str = Field(default="memledger", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    nats_stream_replicas: int = Field(default=1, ge=1, le=5)
+
+    http_host: str = "127.0.0.1"
+    http_port: Port | None = Field(default=None, ge=0, le=65_535)
+    default_tenant: Slug | None = None
+
+    writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000)
+    relay_batch: int = Field(default=2_000, ge=1, le=100_000)
+    relay_poll_seconds: float = Field(default=0.5, gt=0, le=60)
+    intake_enabled: bool = True
+    intake_batch: int = Field(default=256, ge=1, le=10_000)
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+
+    @model_validator(mode="after")
+    def _distributed_needs_endpoints(self) -> "Settings":
+        if self.mode == "distributed":
+            missing = [name for name in ("postgres_dsn", "nats_url") if not getattr(self, name)]
+            if missing:
+                raise ValueError("distributed mode needs " + " and ".join(
+                    ENV_PREFIX + m.upper() for m in missing))
+        return self
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.nats_prefix)
+
+    @property
+    def tenant_fallback(self) -> str | None:
+        """The tenant of requests that name none: ``default`` in embedded mode, else none."""
+        if self.default_tenant is not None:
+            return self.default_tenant
+        return "default" if self.mode == "embedded" else None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment (and ``overrides``), or ``SettingsError`` naming the
+    variables at fault."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise SettingsError(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem["loc"])
+        variable = ENV_PREFIX + field.upper() if field else "settings"
+        lines.append(f"{variable}: {problem['msg']}")
+    return "invalid settings:\n  " + "\n  ".join(lines)
