@@ -25,7 +25,6 @@ import nats
 import psutil
 import psycopg
 import pytest
-
 from memledger_platform import engines
 from memledger_platform.engines import (
     EmbeddedNats,
@@ -191,7 +190,9 @@ def test_postgres_starts_accepts_queries_and_keeps_data_across_restarts(tmp_path
         assert pg.pid is None
 
         again = pg.start()
-        assert _fetch_one(again.dsn, "SELECT body FROM facts WHERE id = 1") == "the user prefers tea"
+        assert (
+            _fetch_one(again.dsn, "SELECT body FROM facts WHERE id = 1") == "the user prefers tea"
+        )
         assert _fetch_one(again.dsn, "SHOW fsync") == "on"
     finally:
         pg.stop()
@@ -212,6 +213,12 @@ def test_postgres_and_nats_exit_when_their_owner_process_is_killed(
 
     assert _all_gone(pg_tree), "PostgreSQL outlived its owner"
     assert _all_gone([nats_server]), "nats-server outlived its owner"
+
+    pg = EmbeddedPostgres(tmp_path / "data")  # the next owner starts cleanly
+    try:
+        assert _fetch_one(pg.start().dsn, "SELECT 1") == 1
+    finally:
+        pg.stop()
 
 
 def test_stale_postgres_left_by_a_killed_owner_is_replaced_and_fully_stopped(

@@ -1,7 +1,6 @@
 """``memledger <command>``: the console entry point."""
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Sequence
 
@@ -20,8 +19,9 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     from memledger_ingest.bootstrap import run
+    from memledger_platform.lifecycle import run_service
 
-    asyncio.run(run(settings))
+    run_service(run(settings))
     return 0
 
 

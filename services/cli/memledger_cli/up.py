@@ -1,10 +1,9 @@
 """``memledger up``: the whole service in one process on the embedded engines (the default),
 or on external ones in distributed mode."""
 
-import asyncio
 import sys
 
-from memledger_platform.lifecycle import run_until_signalled
+from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.settings import Settings
 
 from memledger_cli.embedded import engines
@@ -20,7 +19,7 @@ def up(settings: Settings) -> None:
         def ready(url: str) -> None:
             _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url)
 
-        asyncio.run(run_until_signalled(lambda stop: serve(settings, endpoints, stop, ready)))
+        run_service(run_until_signalled(lambda stop: serve(settings, endpoints, stop, ready)))
     print("memledger: stopped", file=sys.stderr, flush=True)
 
 

@@ -56,6 +56,7 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
                   poll_seconds=settings.relay_poll_seconds)
     writer = GroupCommitWriter(store, max_group_events=settings.writer_max_group_events,
+                               linger_seconds=settings.writer_linger_ms / 1000,
                                on_commit=relay.notify)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
     return IngestService(store, nc, writer, relay, intake)
@@ -84,7 +85,9 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     await _drain_relay(service.relay)
     relay_stop.set()
     await relay_task
-    await service.nc.drain()
+    # Everything in flight is settled by now; drain() would only wait out its timeout.
+    await service.nc.flush()
+    await service.nc.close()
     await asyncio.to_thread(service.store.close)
 
 

@@ -158,8 +158,8 @@ def _parent_death_preexec(sig: signal.Signals) -> Callable[[], None] | None:
     def preexec() -> None:
         if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent_pid:  # we died between fork and prctl
-            os.kill(os.getpid(), sig)
+        if os.getppid() != parent_pid:  # owner died between fork and prctl: don't exec
+            os._exit(1)
 
     return preexec
 
@@ -428,6 +428,16 @@ def _prepare_socket_dir(path: Path, run_as: _RunAs | None) -> None:
     path.chmod(0o700)
 
 
+def _remove_socket_dir(path: Path) -> None:
+    """Remove our socket directory from /tmp once no server uses it.
+
+    Only this data dir's server uses it, so anything left inside (e.g. the
+    socket of a server that was SIGKILLed) is stale.
+    """
+    if not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _check_pgdata_owner(pgdata: Path, run_as: _RunAs | None) -> None:
     """Refuse an existing data directory that the server account cannot own.
 
@@ -525,6 +535,7 @@ class EmbeddedPostgres:
         """
         if self._endpoint is not None and self.pid is not None:
             return self._endpoint
+        self.stop()  # reap a server that died on its own and close its log
         install = _pg_install_dir()
         run_as = _postgres_run_as()
         self._prepare_files(install, run_as)
@@ -542,9 +553,7 @@ class EmbeddedPostgres:
         if proc is not None:
             _stop_child(proc, signal.SIGINT, _PG_STOP_TIMEOUT)
             _log.info("PostgreSQL (pid %d) stopped", proc.pid)
-            # The server removed its socket; drop the then-empty dir from /tmp.
-            with contextlib.suppress(OSError):
-                _socket_dir_for(self._data_dir).rmdir()
+            _remove_socket_dir(_socket_dir_for(self._data_dir))
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -556,7 +565,6 @@ class EmbeddedPostgres:
             if not self._pgdata.exists():
                 _chown_dir(self._pgdata, run_as)
             _check_pgdata_owner(self._pgdata, run_as)
-            _prepare_socket_dir(_socket_dir_for(self._data_dir), run_as)
             if run_as is not None:
                 _grant_traverse(self._data_dir)
                 _grant_traverse(install)
@@ -597,8 +605,12 @@ class EmbeddedPostgres:
 
     def _launch(self, install: Path, port: int, run_as: _RunAs | None) -> None:
         """Spawn the postmaster, wait for it, create the database; clean up on failure."""
-        _chown_dir(self._log_path.parent, run_as)
-        self._log_file = self._log_path.open("ab")
+        try:
+            _prepare_socket_dir(_socket_dir_for(self._data_dir), run_as)
+            _chown_dir(self._log_path.parent, run_as)
+            self._log_file = self._log_path.open("ab")
+        except OSError as exc:
+            raise EngineStartError(f"cannot prepare PostgreSQL runtime files: {exc}") from exc
         self._proc = _spawn(
             self._argv(install, port), self._log_file, self._pgdata, signal.SIGINT, run_as
         )
@@ -745,6 +757,7 @@ class EmbeddedNats:
         """
         if self._url is not None and self.pid is not None:
             return self._url
+        self.stop()  # reap a server that died on its own and close its log
         binary = _nats_binary()
         self._dir.mkdir(parents=True, exist_ok=True)
         self._stop_stale_server()

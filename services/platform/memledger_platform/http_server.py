@@ -8,7 +8,7 @@ import logging
 import socket
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def address(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-async def serve(app: FastAPI, sock: socket.socket, stop: asyncio.Event) -> None:
+async def serve(app: ASGIApp, sock: socket.socket, stop: asyncio.Event) -> None:
     """Serve until ``stop`` is set, then finish in-flight requests and return."""
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=10)

@@ -1,10 +1,12 @@
 """UUIDv7 ids: time-ordered, so event ids sort roughly by creation and index well."""
 
-import os
+import random
 import threading
 import time
 from uuid import UUID
 
+# Random bits for ids, not secrets: seeded once from the OS, then cheap (no syscall per id).
+_random = random.Random()
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
@@ -23,6 +25,6 @@ def uuid7() -> UUID:
             if _counter > 0xFFF:
                 _last_ms, _counter = _last_ms + 1, 0
         ms, seq = _last_ms, _counter
-    rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        rand_b = _random.getrandbits(62)
     value = (ms << 80) | (0x7 << 76) | (seq << 64) | (0b10 << 62) | rand_b
     return UUID(int=value)

@@ -2,7 +2,25 @@
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import uvloop
+
+T = TypeVar("T")
+
+# The writer thread wakes from a database round trip and then needs the GIL back from the busy
+# event loop thread. 2 ms measured best here (0.5 ms: more hand-offs; 5 ms: longer waits).
+SWITCH_INTERVAL_SECONDS = 0.002
+
+
+def run_service(main: Coroutine[Any, Any, T]) -> T:
+    """Run a service's coroutine on uvloop with a GIL switch interval suited to a writer thread
+    that waits on the database while the event loop serves requests."""
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 async def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:

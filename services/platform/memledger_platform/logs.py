@@ -12,7 +12,7 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=True) if use_console
-        else structlog.processors.JSONRenderer())
+        else _json_renderer())
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars, structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name, structlog.processors.TimeStamper(fmt="iso", utc=True)]
@@ -26,5 +26,18 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("nats", "uvicorn.error", "psycopg.pool"):
+    for noisy in ("nats", "uvicorn.error", "psycopg.pool", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def _json_renderer() -> structlog.typing.Processor:
+    # Tracebacks as structured data, one JSON line per record; never with local variables,
+    # which would copy request data (personal data included) into the logs.
+    dict_tracebacks = structlog.processors.ExceptionRenderer(
+        structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
+    json_renderer = structlog.processors.JSONRenderer()
+
+    def render(logger: object, name: str, event: structlog.typing.EventDict) -> str:
+        return str(json_renderer(logger, name, dict_tracebacks(logger, name, event)))
+
+    return render

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     default_tenant: Slug | None = None
 
     writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000)
+    writer_linger_ms: float = Field(default=2.0, ge=0, le=100)
     relay_batch: int = Field(default=2_000, ge=1, le=100_000)
     relay_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     intake_enabled: bool = True

@@ -21,9 +21,16 @@ Lookup = Callable[[StreamRef], StreamState | None]
 
 @dataclass(frozen=True)
 class Context:
+    """What a decision may use besides state: the tenant, an id minted for this command (for
+    whatever it creates without naming it) and who acts."""
+
     tenant: str
     fresh_id: UUID
     actor: str
+
+    @property
+    def fresh_key(self) -> str:
+        return str(self.fresh_id)
 
 
 @dataclass(frozen=True)

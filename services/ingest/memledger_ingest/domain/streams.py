@@ -1,6 +1,7 @@
 """Stream identity and the state of a stream folded from its events."""
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 from uuid import UUID, uuid5
 
@@ -19,7 +20,13 @@ class StreamRef:
     key: str
 
     def stream_id(self, tenant: str) -> UUID:
-        return uuid5(_NAMESPACE, f"{tenant}/{self.kind}/{self.key}")
+        return _stream_id(tenant, self.kind, self.key)
+
+
+@lru_cache(maxsize=65_536)
+def _stream_id(tenant: str, kind: str, key: str) -> UUID:
+    # Cached: a hot space or session is named by every command that touches it.
+    return uuid5(_NAMESPACE, f"{tenant}/{kind}/{key}")
 
 
 @dataclass(frozen=True)
