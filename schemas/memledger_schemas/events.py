@@ -31,7 +31,7 @@ class Payload(BaseModel):
 
 
 class Triple(BaseModel):
-    """An optional subject–predicate–object reading of a memory item."""
+    """An optional subject-predicate-object reading of a memory item."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     subject: ShortText

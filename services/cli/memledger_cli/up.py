@@ -3,10 +3,9 @@ or on external ones in distributed mode."""
 
 import sys
 
+from memledger_cli.embedded import engines
 from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.settings import Settings
-
-from memledger_cli.embedded import engines
 
 
 def up(settings: Settings) -> None:
@@ -28,7 +27,7 @@ def _banner(settings: Settings, url: str, dsn: str, nats_url: str) -> None:
     fact = '{"kind": "fact", "content": "The sky is blue"}'
     print(f"""
 memledger is up ({settings.mode})
-  HTTP API   {url}   (GET {url}/health, docs at {url}/docs)
+  HTTP API   {url}   (GET {url}/health, OpenAPI at {url}/openapi.json)
   postgres   {dsn}
   nats       {nats_url}
 try:

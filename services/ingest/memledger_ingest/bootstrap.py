@@ -9,14 +9,13 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from memledger_platform import bus, http_server
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
-from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
-
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import Relay
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform import bus, http_server
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +102,14 @@ def _announce(url: str) -> None:
     log.info("ingest listening on %s", url)
 
 
-async def _drain_relay(relay: Relay, timeout: float = 10.0) -> None:
+async def _drain_relay(relay: Relay, limit_seconds: float = 10.0) -> None:
     async def drain() -> None:
         while await relay.relay_once():
             pass
 
     try:
-        await asyncio.wait_for(drain(), timeout)
-    except Exception as error:  # noqa: BLE001  (it resumes on the next start; nothing is lost)
+        await asyncio.wait_for(drain(), limit_seconds)
+    except Exception as error:
         log.warning("relay did not finish before shutdown: %s", error)
 
 

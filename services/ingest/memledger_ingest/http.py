@@ -5,8 +5,8 @@ so the field paths in a 422 are the same as over NATS intake and in a batch.
 Plain Starlette rather than FastAPI on this hot path: the routes do their own validation, and
 FastAPI's dependency machinery cost about half of the CPU of a single write (docs/adr/0003)."""
 
-from collections.abc import Awaitable, Callable
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -14,9 +14,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
-
-from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
-from memledger_schemas.types import SLUG_PATTERN
 
 from memledger_ingest.domain.errors import DomainError
 from memledger_ingest.problems import (
@@ -29,6 +26,8 @@ from memledger_ingest.problems import (
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
+from memledger_schemas.types import SLUG_PATTERN
 
 TENANT_HEADER = "X-Memledger-Tenant"
 BATCH_PATH = "/v1/batch"
@@ -102,7 +101,7 @@ async def _submit(writer: GroupCommitWriter, tenant: str, commands: list[Any],
                                    traceparent=request.headers.get("traceparent"))
     except (Rejected, DomainError) as error:
         raise HttpError(refused(error, batch=batch)) from None
-    except Exception as error:  # noqa: BLE001  (the store is down: say so, lose nothing)
+    except Exception as error:
         raise HttpError(unavailable(error)) from None
 
 
@@ -210,7 +209,9 @@ def _content(model: type[BaseModel]) -> dict[str, Any]:
 
 def _components() -> dict[str, Any]:
     components: dict[str, Any] = {}
-    for model in (*COMMANDS, CommandBatch, WriteResult, BatchResult, ErrorBody):
+    models: tuple[type[BaseModel], ...] = (*COMMANDS, CommandBatch, WriteResult, BatchResult,
+                                           ErrorBody)
+    for model in models:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
         components[model.__name__] = schema

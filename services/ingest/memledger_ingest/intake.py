@@ -23,16 +23,6 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
-from memledger_schemas.commands import BY_NAME, CommandBase
-from memledger_schemas.subjects import (
-    HDR_DLQ_REASON,
-    HDR_DLQ_SUBJECT,
-    HDR_REPLY_TO,
-    HDR_TRACEPARENT,
-    Subjects,
-)
-from memledger_schemas.types import SLUG_PATTERN
-
 from memledger_ingest.domain.errors import DomainError
 from memledger_ingest.problems import (
     Problem,
@@ -42,6 +32,15 @@ from memledger_ingest.problems import (
     result_body,
 )
 from memledger_ingest.writer import GroupCommitWriter, Rejected
+from memledger_schemas.commands import BY_NAME, CommandBase
+from memledger_schemas.subjects import (
+    HDR_DLQ_REASON,
+    HDR_DLQ_SUBJECT,
+    HDR_REPLY_TO,
+    HDR_TRACEPARENT,
+    Subjects,
+)
+from memledger_schemas.types import SLUG_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class Intake:
         except (Rejected, DomainError) as error:
             await self._dead_letter(msg, refused(error))
             return
-        except Exception as error:  # noqa: BLE001  (transient: the store will come back)
+        except Exception as error:
             log.warning("intake will retry %s: %s", msg.subject, error)
             await msg.nak(delay=NAK_DELAY_SECONDS)
             return
@@ -97,7 +96,8 @@ class Intake:
     def _parse(self, msg: Msg) -> tuple[str, CommandBase]:
         parsed = self._subjects.parse_intake(msg.subject)
         if parsed is None:
-            raise _Poison(malformed("subject", f"expected {self._subjects.intake('<tenant>', '<command>')}"))
+            expected = self._subjects.intake("<tenant>", "<command>")
+            raise _Poison(malformed("subject", f"expected {expected}"))
         tenant, name = parsed
         if _invalid_tenant(tenant):
             raise _Poison(malformed("subject.tenant", f"{tenant!r} is not a valid tenant id"))

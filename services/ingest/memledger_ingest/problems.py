@@ -10,10 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memledger_schemas.commands import BY_NAME
-
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid, NotFound
 from memledger_ingest.writer import CommandResult, Rejected
+from memledger_schemas.commands import BY_NAME
 
 
 @dataclass(frozen=True)

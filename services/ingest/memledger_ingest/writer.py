@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from memledger_ingest.domain.decide import Context, Decision, decide, reads_of
+from memledger_ingest.domain.errors import DomainError, Invalid
+from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
 from memledger_platform.eventstore import (
     EventStore,
     IdempotencyKeyTaken,
@@ -30,10 +33,6 @@ from memledger_platform.eventstore.port import IdempotentResult
 from memledger_platform.ids import uuid7
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.envelope import EventEnvelope
-
-from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
-from memledger_ingest.domain.errors import DomainError, Invalid
-from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +161,7 @@ class GroupCommitWriter:
             self._cache.clear()
             for unit in group:
                 self._commit_alone(unit)
-        except Exception as error:  # noqa: BLE001  (every waiter must hear of the failure)
+        except Exception as error:
             log.exception("event store append failed")
             for unit in group:
                 unit.done(error)
@@ -176,7 +175,7 @@ class GroupCommitWriter:
                 self._cache.clear()
                 if attempt == _RETRIES - 1:
                     unit.done(error)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 unit.done(error)
                 return
 

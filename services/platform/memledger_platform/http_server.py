@@ -58,7 +58,7 @@ async def serve(app: ASGIApp, sock: socket.socket, stop: asyncio.Event) -> None:
                             timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     # The process owner (``memledger up``) handles signals and sets ``stop``.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign, assignment]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     await stop.wait()
     server.should_exit = True

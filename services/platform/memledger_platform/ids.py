@@ -6,7 +6,7 @@ import time
 from uuid import UUID
 
 # Random bits for ids, not secrets: seeded once from the OS, then cheap (no syscall per id).
-_random = random.Random()
+_random = random.Random()  # noqa: S311
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0

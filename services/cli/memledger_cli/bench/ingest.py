@@ -18,9 +18,6 @@ import nats
 import orjson
 import psycopg
 
-from memledger_platform.settings import Settings
-from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
-
 from memledger_cli.bench.common import (
     Scenario,
     Steps,
@@ -29,6 +26,8 @@ from memledger_cli.bench.common import (
     private_server,
     wait_relayed,
 )
+from memledger_platform.settings import Settings
+from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
 SPACE = "bench"
 
@@ -164,7 +163,7 @@ async def _raw_jetstream(nats_url: str, count: int) -> float:
     await js.add_stream(name="BENCH_RAW", subjects=["bench.raw.>"])
     payload = _stored_event_bytes(0)
     start = time.monotonic()
-    for i in range(count):
+    for _ in range(count):
         await js.publish_async(f"bench.raw.default.{SPACE}.memory.asserted", payload,
                                headers={"Nats-Msg-Id": str(uuid.uuid4())})
     await js.publish_async_completed()

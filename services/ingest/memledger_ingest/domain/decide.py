@@ -8,13 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
+from memledger_ingest.domain.streams import Status, StreamRef, StreamState
 from memledger_schemas import commands as c
 from memledger_schemas import events as e
 from memledger_schemas.envelope import TENANT_SCOPE
 from memledger_schemas.types import UtcDatetime
-
-from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
-from memledger_ingest.domain.streams import Status, StreamRef, StreamState
 
 Lookup = Callable[[StreamRef], StreamState | None]
 
@@ -71,7 +70,7 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
         if version != cmd.expected_version:
             raise Conflict(f"expected version {cmd.expected_version}, stream is at {version}",
                            version)
-    return _HANDLERS[type(cmd)](cmd, ctx, lookup, current)
+    return _handle(cmd, ctx, lookup, current)
 
 
 # --- checks ---------------------------------------------------------------------------------
@@ -294,20 +293,48 @@ def _record_feedback(cmd: c.RecordFeedback, ctx: Context, lookup: Lookup,
                     {"feedback_id": str(feedback_id)})
 
 
-Handler = Callable[[c.CommandBase, Context, Lookup, StreamState | None], Decision]
-_HANDLERS: dict[type[c.CommandBase], Handler] = {  # type: ignore[dict-item]
-    c.CreateSpace: _create_space, c.SetSpacePolicy: _set_policy,
-    c.ArchiveSpace: _archive_space, c.RegisterAgent: _register_agent,
-    c.StartSession: _start_session, c.EndSession: _end_session,
-    c.AppendMessage: _append_message, c.AssertMemory: _assert_memory,
-    c.ReviseMemory: _revise_memory, c.SupersedeMemory: _supersede_memory,
-    c.RetractMemory: _retract_memory, c.ReaffirmMemory: _reaffirm_memory,
-    c.ArchiveMemory: _archive_memory, c.UpsertEntity: _upsert_entity,
-    c.AssertRelation: _assert_relation, c.RetractRelation: _retract_relation,
-    c.RecordFeedback: _record_feedback,
-}
+def _handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, PLR0912
+            cur: StreamState | None) -> Decision:
+    # One case per command: a flat dispatch table that mypy can check.
+    match cmd:
+        case c.CreateSpace():
+            return _create_space(cmd, ctx, lookup, cur)
+        case c.SetSpacePolicy():
+            return _set_policy(cmd, ctx, lookup, cur)
+        case c.ArchiveSpace():
+            return _archive_space(cmd, ctx, lookup, cur)
+        case c.RegisterAgent():
+            return _register_agent(cmd, ctx, lookup, cur)
+        case c.StartSession():
+            return _start_session(cmd, ctx, lookup, cur)
+        case c.EndSession():
+            return _end_session(cmd, ctx, lookup, cur)
+        case c.AppendMessage():
+            return _append_message(cmd, ctx, lookup, cur)
+        case c.AssertMemory():
+            return _assert_memory(cmd, ctx, lookup, cur)
+        case c.ReviseMemory():
+            return _revise_memory(cmd, ctx, lookup, cur)
+        case c.SupersedeMemory():
+            return _supersede_memory(cmd, ctx, lookup, cur)
+        case c.RetractMemory():
+            return _retract_memory(cmd, ctx, lookup, cur)
+        case c.ReaffirmMemory():
+            return _reaffirm_memory(cmd, ctx, lookup, cur)
+        case c.ArchiveMemory():
+            return _archive_memory(cmd, ctx, lookup, cur)
+        case c.UpsertEntity():
+            return _upsert_entity(cmd, ctx, lookup, cur)
+        case c.AssertRelation():
+            return _assert_relation(cmd, ctx, lookup, cur)
+        case c.RetractRelation():
+            return _retract_relation(cmd, ctx, lookup, cur)
+        case c.RecordFeedback():
+            return _record_feedback(cmd, ctx, lookup, cur)
+    raise TypeError(f"unknown command {type(cmd).__name__}")
 
-def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:
+
+def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
     match cmd:
         case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
             return StreamRef("space", cmd.space_id)

@@ -1,0 +1,69 @@
+"""Fixtures. Unit tests use none of the engine fixtures; integration and e2e tests share one
+real PostgreSQL and one real nats-server per session, each test isolated by its own schema and
+its own subject prefix (so its own streams)."""
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from memledger_ingest.bootstrap import Endpoints
+from memledger_platform import bus
+from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_schemas.subjects import Subjects
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    """Real embedded PostgreSQL and NATS for the whole session."""
+    home: Path = tmp_path_factory.mktemp("engines")
+    postgres, nats = EmbeddedPostgres(home / "postgres"), EmbeddedNats(home)
+    try:
+        yield Endpoints(postgres.start().dsn, nats.start())
+    finally:
+        nats.stop()
+        postgres.stop()
+
+
+@pytest.fixture
+def pg_schema(engines: Endpoints) -> Iterator[str]:
+    """A fresh PostgreSQL schema for one test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def event_store(engines: Endpoints, pg_schema: str) -> Iterator[PostgresEventStore]:
+    store = PostgresEventStore(datastore_from_dsn(engines.postgres_dsn, schema=pg_schema))
+    store.create_tables()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def subjects() -> Subjects:
+    """A subject prefix (so stream names) of this test's own."""
+    return Subjects(prefix=f"t{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+async def nats_js(engines: Endpoints, subjects: Subjects
+                  ) -> AsyncIterator[tuple[Client, JetStreamContext]]:
+    """A NATS connection with this test's streams created (and deleted afterwards)."""
+    nc = await bus.connect(engines.nats_url, "memledger-test")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, subjects)
+    yield nc, js
+    for name in (subjects.events_stream, subjects.intake_stream, subjects.dead_letter_stream):
+        try:
+            await js.delete_stream(name)
+        except Exception:  # noqa: BLE001, S110  (already gone is fine)
+            pass
+    await nc.close()

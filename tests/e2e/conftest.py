@@ -1,0 +1,75 @@
+"""End-to-end: the real `memledger up` in its own process, used only through its public
+interfaces (CLI output, HTTP, NATS subjects)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from memledger_platform.engines import free_port
+from tests.support import eventually_sync
+
+
+@dataclass
+class Running:
+    proc: "subprocess.Popen[str]"
+    home: Path
+    url: str
+    nats_url: str
+    output: list[str]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+def engine_processes(home: Path) -> list[psutil.Process]:
+    """Processes still running for this data directory (postgres or nats-server)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(home) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def start(home: Path, **env: str) -> Running:
+    ports = {"MEMLEDGER_HTTP_PORT": str(free_port()), "MEMLEDGER_NATS_PORT": str(free_port())}
+    full_env = {**os.environ, "MEMLEDGER_HOME": str(home), "MEMLEDGER_LOG_FORMAT": "json",
+                **ports, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "memledger_cli", "up"], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        output.append(line)
+        if "Ctrl-C stops" in line:
+            break
+    else:
+        raise AssertionError("memledger up exited before it was ready:\n" + "".join(output))
+    text = "".join(output)
+    url = re.search(r"HTTP API\s+(http://\S+)", text)
+    nats_url = re.search(r"nats\s+(nats://\S+)", text)
+    assert url and nats_url, text
+    return Running(proc, home, url.group(1), nats_url.group(1), output)
+
+
+@pytest.fixture
+def memledger(tmp_path: Path) -> Iterator[Running]:
+    running = start(tmp_path / "home")
+    eventually_sync(lambda: _assert_healthy(running.url), timeout=30)
+    yield running
+    if running.proc.poll() is None:
+        running.stop()
+
+
+def _assert_healthy(url: str) -> None:
+    assert httpx.get(f"{url}/health", timeout=2).status_code == 200

@@ -1,0 +1,129 @@
+"""`memledger up`: starts the whole embedded stack, answers, stops cleanly, keeps data."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import nats
+import orjson
+
+from memledger_platform.engines import free_port
+from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
+from tests.e2e.conftest import Running, engine_processes, start
+from tests.support import eventually_sync
+
+
+def _write_fact(url: str, content: str) -> dict[str, object]:
+    httpx.post(f"{url}/v1/spaces", json={"space_id": "demo"}, timeout=10)
+    response = httpx.post(f"{url}/v1/spaces/demo/memories",
+                          json={"kind": "fact", "content": content}, timeout=10)
+    assert response.status_code == 201, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def test_up_prints_where_it_listens_and_a_curl_example(memledger: Running) -> None:
+    text = "".join(memledger.output)
+    assert memledger.url.startswith("http://127.0.0.1:")
+    assert f"curl -s -X POST {memledger.url}/v1/spaces" in text
+    assert httpx.get(f"{memledger.url}/health").json()["status"] == "ok"
+
+
+def test_a_write_is_relayed_to_jetstream(memledger: Running) -> None:
+    position = _write_fact(memledger.url, "The sky is blue")["position"]
+
+    def relayed() -> None:
+        health = httpx.get(f"{memledger.url}/health").json()
+        assert health["relayed_position"] >= position
+
+    eventually_sync(relayed)
+
+
+def test_sigterm_stops_every_engine_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = start(home)
+    eventually_sync(lambda: _healthy(first), timeout=30)
+    position = _write_fact(first.url, "kept across restarts")["position"]
+    assert first.stop(signal.SIGTERM) == 0
+    assert engine_processes(home) == []
+    second = start(home)
+    try:
+        eventually_sync(lambda: _healthy(second), timeout=30)
+        health = httpx.get(f"{second.url}/health").json()
+        assert health["position"] == position
+    finally:
+        assert second.stop(signal.SIGINT) == 0
+    assert engine_processes(home) == []
+
+
+def test_a_killed_run_leaves_engines_that_the_next_start_replaces(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = start(home)
+    eventually_sync(lambda: _healthy(first), timeout=30)
+    position = _write_fact(first.url, "survives a kill -9")["position"]
+    first.proc.kill()
+    first.proc.wait()
+    second = start(home)
+    try:
+        eventually_sync(lambda: _healthy(second), timeout=30)
+        assert httpx.get(f"{second.url}/health").json()["position"] == position
+    finally:
+        second.stop()
+    eventually_sync(lambda: _no_engines(home), timeout=20)
+
+
+def test_a_busy_http_port_is_reported_naming_the_setting(tmp_path: Path) -> None:
+    busy = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        env = {**os.environ, "MEMLEDGER_HOME": str(tmp_path / "home"),
+               "MEMLEDGER_HTTP_PORT": str(busy)}
+        result = subprocess.run([sys.executable, "-m", "memledger_cli", "up"], env=env,
+                                capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert "MEMLEDGER_HTTP_PORT" in result.stderr
+    assert engine_processes(tmp_path / "home") == []
+
+
+def test_an_invalid_setting_fails_at_start_naming_the_variable(tmp_path: Path) -> None:
+    env = {**os.environ, "MEMLEDGER_HOME": str(tmp_path), "MEMLEDGER_NATS_PORT": "not-a-port"}
+    result = subprocess.run([sys.executable, "-m", "memledger_cli", "up"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "MEMLEDGER_NATS_PORT" in result.stderr
+
+
+def test_nats_intake_answers_a_command_like_http_does(memledger: Running) -> None:
+    async def scenario() -> dict[str, object]:
+        nc = await nats.connect(memledger.nats_url)
+        js = nc.jetstream()
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        subjects = Subjects()
+        await js.publish(subjects.intake("default", "create_space"),
+                         orjson.dumps({"space_id": "via-nats"}), headers={HDR_REPLY_TO: inbox})
+        await sub.next_msg(timeout=10)
+        await js.publish(subjects.intake("default", "assert_memory"), orjson.dumps(
+            {"space_id": "via-nats", "kind": "preference", "content": "I prefer tea"}),
+            headers={HDR_REPLY_TO: inbox})
+        reply: dict[str, object] = orjson.loads((await sub.next_msg(timeout=10)).data)
+        await nc.close()
+        return reply
+
+    reply = asyncio.run(scenario())
+    assert reply["command"] == "assert_memory"
+    assert isinstance(reply["position"], int)
+
+
+def _healthy(running: Running) -> None:
+    assert httpx.get(f"{running.url}/health", timeout=2).status_code == 200
+
+
+def _no_engines(home: Path) -> None:
+    assert engine_processes(home) == []
