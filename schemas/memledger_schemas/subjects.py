@@ -11,6 +11,7 @@ DEFAULT_PREFIX = "memledger"
 
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
+HDR_EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 HDR_POSITION = "Memledger-Position"
 HDR_EVENT_TYPE = "Memledger-Event-Type"
 HDR_SCHEMA_VERSION = "Memledger-Schema-Version"

@@ -4,7 +4,9 @@ import pytest
 
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from tests.integration.eventstore_contract import EventStoreContract
+
+pytest.register_assert_rewrite("tests.integration.eventstore_contract")
+from tests.integration.eventstore_contract import EventStoreContract  # noqa: E402
 
 
 class TestPostgresEventStore(EventStoreContract):

@@ -433,8 +433,6 @@ def test_the_same_stream_of_two_tenants_has_two_ids() -> None:
     assert ref.stream_id("acme") == _item(ITEM).stream_id("acme")
 
 
-@pytest.mark.xfail(reason="BUG: expected_version is checked before the space check, so a "
-                          "Conflict leaks another space's item and its version", strict=True)
 def test_an_expected_version_on_an_item_of_another_space_does_not_reveal_that_it_exists(
         ) -> None:
     cmd = c.ReviseMemory(space_id=SPACE, item_id=OTHER_ITEM, content="x", expected_version=0)

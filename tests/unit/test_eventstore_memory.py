@@ -4,10 +4,17 @@ import pytest
 
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.memory import InMemoryEventStore
-from tests.integration.eventstore_contract import EventStoreContract
+
+pytest.register_assert_rewrite("tests.integration.eventstore_contract")
+from tests.integration.eventstore_contract import EventStoreContract  # noqa: E402
 
 
 class TestInMemoryEventStore(EventStoreContract):
     @pytest.fixture
     def store(self) -> EventStore:
         return InMemoryEventStore()
+
+    def test_read_streams_orders_by_version_even_when_versions_were_committed_out_of_order(
+            self, store: EventStore) -> None:
+        super().test_read_streams_orders_by_version_even_when_versions_were_committed_out_of_order(
+            store)

@@ -9,18 +9,20 @@ point neither loses nor repeats an event. A JetStream ack is not durability: the
 """
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import nats
+from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
 
+from memledger_platform.bus import Ack, PipelinedPublisher
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_schemas.subjects import (
     HDR_EVENT_TYPE,
+    HDR_EXPECTED_LAST_MSG_ID,
     HDR_EXPECTED_LAST_SEQ,
     HDR_MSG_ID,
     HDR_POSITION,
@@ -31,13 +33,17 @@ from memledger_schemas.subjects import (
 
 log = logging.getLogger(__name__)
 
+ACK_TIMEOUT_SECONDS = 30.0
+
 
 @dataclass
 class Cursor:
-    """Where the stream stands: the last relayed position and the stream's last sequence."""
+    """Where the stream stands: the last relayed position, the stream's last sequence and the
+    id of the event in that last message ("" for an empty stream)."""
 
     position: int = 0
     sequence: int = 0
+    event_id: str = ""
 
 
 class RelayOutOfSync(Exception):
@@ -49,6 +55,8 @@ class Relay:
                  batch: int = 2_000, poll_seconds: float = 0.5) -> None:
         self._store = store
         self._js = js
+        self._nc: Client = js._nc
+        self._publisher: PipelinedPublisher | None = None
         self._subjects = subjects
         self._batch = batch
         self._poll = poll_seconds
@@ -62,17 +70,22 @@ class Relay:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until ``stop`` is set; survive NATS and database outages by retrying."""
+        """Relay until ``stop`` is set. Never dies: on any failure (NATS, the database, a
+        stream that is not as the relay left it) it logs, backs off, re-reads where the stream
+        stands and carries on."""
         self._loop = asyncio.get_running_loop()
-        self.cursor = await self.resume()
+        failures = 0
         while not stop.is_set():
             self._wake.clear()  # before reading: a commit from now on wakes the next idle
             try:
+                if failures or self.cursor == Cursor():
+                    self.cursor = await self.resume()
                 moved = await self.relay_once()
-            except (RelayOutOfSync, nats.errors.Error, OSError) as error:
-                log.warning("relay resyncing after: %s", error)
-                await asyncio.sleep(0.2)
-                self.cursor = await self._resume_quietly()
+                failures = 0
+            except Exception as error:
+                failures += 1
+                log.warning("relay failed (%d in a row), will resync: %s", failures, error)
+                await _wait(stop, min(5.0, 0.1 * 2 ** failures))
                 continue
             if not moved:
                 await self._idle(stop)
@@ -84,7 +97,13 @@ class Relay:
         if last == 0:
             return Cursor(0, 0)
         msg = await self._js.get_msg(self._subjects.events_stream, seq=last)
-        return Cursor(int((msg.headers or {})[HDR_POSITION]), last)
+        position = (msg.headers or {}).get(HDR_POSITION)
+        if position is None:
+            raise RelayOutOfSync(
+                f"the last message of {self._subjects.events_stream} (sequence {last}, subject "
+                f"{msg.subject}) was not published by the relay; only the relay may publish "
+                "there (fence it with NATS permissions) and that message must be removed")
+        return Cursor(int(position), last, (msg.headers or {}).get(HDR_MSG_ID, ""))
 
     async def relay_once(self) -> int:
         """Publish the next batch of committed events; return how many."""
@@ -95,24 +114,28 @@ class Relay:
         return len(events)
 
     async def _publish(self, events: Sequence[RecordedEvent]) -> None:
-        start = self.cursor.sequence
+        if self._publisher is None:
+            self._publisher = PipelinedPublisher(self._nc)
+            await self._publisher.start()
+        # Each publish names its predecessor (sequence and event id): once one is refused,
+        # every later one in the pipeline is refused too, so no gap can ever be published.
+        previous, start = self.cursor.event_id, self.cursor.sequence
         futures = []
         for i, event in enumerate(events):
             fields = event.fields()
             subject = self._subjects.event(fields["tenant_id"], fields["space_id"],
                                            event.event_type)
-            futures.append(await self._js.publish_async(
-                subject, event.document(), headers=_headers(event, fields, start + i)))
-        acks: list[PubAck | BaseException] = await asyncio.gather(*futures,
-                                                                  return_exceptions=True)
-        self._advance(events, acks)
+            futures.append(await self._publisher.publish(
+                subject, event.document(), _headers(event, fields, start + i, previous)))
+            previous = fields["event_id"]
+        self._advance(events, await self._publisher.settle(futures, ACK_TIMEOUT_SECONDS))
 
     def _advance(self, events: Sequence[RecordedEvent],
-                 acks: Sequence[PubAck | BaseException]) -> None:
+                 acks: Sequence[Ack | BaseException]) -> None:
         for event, ack in zip(events, acks, strict=True):
             if isinstance(ack, BaseException) or ack.duplicate:
                 raise RelayOutOfSync(f"publish of position {event.position} refused: {ack}")
-            self.cursor = Cursor(event.position, ack.seq)
+            self.cursor = Cursor(event.position, ack.seq, str(event.fields()["event_id"]))
 
     async def _idle(self, stop: asyncio.Event) -> None:
         # LISTEN/NOTIFY's role is played by ``notify`` from the in-process writer; the timeout
@@ -122,19 +145,19 @@ class Relay:
         for waiter in waiters:
             waiter.cancel()
 
-    async def _resume_quietly(self) -> Cursor:
-        try:
-            return await self.resume()
-        except (nats.errors.Error, OSError) as error:
-            log.warning("relay cannot read the stream yet: %s", error)
-            await asyncio.sleep(1.0)
-            return self.cursor
 
-
-def _headers(event: RecordedEvent, fields: dict[str, Any], last_sequence: int) -> dict[str, str]:
+def _headers(event: RecordedEvent, fields: dict[str, Any], last_sequence: int,
+             last_event_id: str) -> dict[str, str]:
     headers = {HDR_MSG_ID: fields["event_id"], HDR_EXPECTED_LAST_SEQ: str(last_sequence),
                HDR_POSITION: str(event.position), HDR_EVENT_TYPE: event.event_type,
                HDR_SCHEMA_VERSION: str(fields["schema_version"])}
+    if last_event_id:
+        headers[HDR_EXPECTED_LAST_MSG_ID] = last_event_id
     if fields.get("traceparent"):
         headers[HDR_TRACEPARENT] = fields["traceparent"]
     return headers
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -12,31 +12,36 @@ import asyncio
 import hashlib
 import logging
 import queue
+import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
-from memledger_ingest.domain.decide import Context, Decision, decide, reads_of
-from memledger_ingest.domain.errors import DomainError, Invalid
+import orjson
+
+from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
+from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
 from memledger_platform.eventstore import (
     EventStore,
     IdempotencyKeyTaken,
     IdempotencyRecord,
+    NewEvent,
     StreamConflict,
 )
 from memledger_platform.eventstore.port import IdempotentResult
 from memledger_platform.ids import uuid7
 from memledger_schemas.commands import CommandBase
-from memledger_schemas.envelope import EventEnvelope
 
 log = logging.getLogger(__name__)
+_jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
-_RETRIES = 3
+_RETRIES = 25
+"""Attempts for a submission that keeps losing races to other writers on the same stream."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,12 @@ class _Plan:
     """A unit's outcome within a group before the commit."""
 
     unit: _Unit
-    events: list[EventEnvelope]
+    events: list[NewEvent]
     keys: list[IdempotencyRecord]
     slices: list[tuple[int, int, Decision | None]]
     states: dict[UUID, StreamState]
     replayed: list[CommandResult | None] = field(default_factory=list)
+    claims: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 class GroupCommitWriter:
@@ -167,22 +173,28 @@ class GroupCommitWriter:
                 unit.done(error)
 
     def _commit_alone(self, unit: _Unit) -> None:
+        """Retry one submission with fresh state until it commits or is refused; a race lost
+        to another writer is transient, so only a hot stream that never lets it through ends
+        in a 409 (never in a raw store error)."""
         for attempt in range(_RETRIES):
             try:
                 self._attempt([unit])
                 return
-            except (StreamConflict, IdempotencyKeyTaken) as error:
+            except (StreamConflict, IdempotencyKeyTaken):
                 self._cache.clear()
-                if attempt == _RETRIES - 1:
-                    unit.done(error)
+                time.sleep(_jitter.uniform(0, 0.002 * (attempt + 1)))
             except Exception as error:
                 unit.done(error)
                 return
+        unit.done(Rejected(0, Conflict(f"lost {_RETRIES} races to other writers on this "
+                                       "stream; retry", -1)))
 
     def _attempt(self, group: list[_Unit]) -> None:
         known = self._known_keys(group)
         states = self._load_states(group)
-        plans = [p for unit in group if (p := self._plan(unit, states, known)) is not None]
+        claims: dict[tuple[str, str], str] = {}
+        plans = [p for unit in group
+                 if (p := self._plan(unit, states, known, claims)) is not None]
         events = [e for p in plans for e in p.events]
         keys = [k for p in plans for k in p.keys]
         committed = self._store.append(events, keys) if events else []
@@ -205,11 +217,19 @@ class GroupCommitWriter:
     # --- state -----------------------------------------------------------------------------
 
     def _load_states(self, group: list[_Unit]) -> dict[UUID, StreamState]:
-        # A stream named by an id minted for this command cannot exist yet: no need to look.
-        wanted = {ref.stream_id(unit.tenant)
-                  for unit in group for cmd, ctx in zip(unit.commands, unit.contexts, strict=True)
-                  for ref in reads_of(cmd, ctx) if ref.key != ctx.fresh_key}
-        states = {sid: self._cache[sid] for sid in wanted if sid in self._cache}
+        """The state of every stream the group's commands read: from the cache, except that a
+        stream named by an id minted for its command cannot exist yet (not looked up), and the
+        target of a command with an ``expected_version`` is always read from the store (another
+        writer may have moved it on, and a stale cache must not refuse a current version)."""
+        wanted: set[UUID] = set()
+        fresh: set[UUID] = set()
+        for unit in group:
+            for cmd, ctx in zip(unit.commands, unit.contexts, strict=True):
+                refs = [r for r in reads_of(cmd, ctx) if r.key != ctx.fresh_key]
+                wanted.update(r.stream_id(unit.tenant) for r in refs)
+                if cmd.expected_version is not None:
+                    fresh.add(target_of(cmd, ctx).stream_id(unit.tenant))
+        states = {sid: self._cache[sid] for sid in wanted - fresh if sid in self._cache}
         missing = [sid for sid in wanted if sid not in states]
         loaded: dict[UUID, StreamState] = {}
         for sid, events in self._store.read_streams(missing).items():
@@ -231,33 +251,28 @@ class GroupCommitWriter:
     # --- planning ------------------------------------------------------------------------
 
     def _plan(self, unit: _Unit, states: dict[UUID, StreamState],
-              known: dict[tuple[str, str], IdempotentResult]) -> _Plan | None:
-        """Decide every command of the unit against ``states`` (updated in place only if the
-        whole unit is accepted); report a refusal to the unit and return ``None``."""
-        overlay = dict(states)
-        plan = _Plan(unit, [], [], [], overlay)
-        seen: set[str] = set()
+              known: dict[tuple[str, str], IdempotentResult],
+              claims: dict[tuple[str, str], str]) -> _Plan | None:
+        """Decide every command of the unit against ``states`` and the idempotency keys
+        ``claims``-ed earlier in the group (both updated in place only if the whole unit is
+        accepted); report a refusal to the unit and return ``None``."""
+        plan = _Plan(unit, [], [], [], dict(states), claims=dict(claims))
         try:
             for index, (cmd, ctx) in enumerate(zip(unit.commands, unit.contexts, strict=True)):
-                self._plan_one(plan, index, cmd, ctx, known, seen)
+                self._plan_one(plan, index, cmd, ctx, known)
         except Rejected as rejection:
             unit.done(rejection)
             return None
-        states.update(overlay)
+        states.update(plan.states)
+        claims.update(plan.claims)
         return plan
 
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
-                  known: dict[tuple[str, str], IdempotentResult], seen: set[str]) -> None:
+                  known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
         request_hash = _request_hash(cmd)
-        if key is not None:
-            earlier = known.get((ctx.tenant, key))
-            if earlier is not None or key in seen:
-                _check_same_request(index, earlier, request_hash)
-                plan.slices.append((len(plan.events), len(plan.events), None))
-                plan.replayed.append(_replayed(earlier) if earlier else None)
-                return
-            seen.add(key)
+        if key is not None and self._repeats(plan, index, (ctx.tenant, key), request_hash, known):
+            return
         overlay = plan.states
 
         def lookup(ref: StreamRef) -> StreamState | None:
@@ -272,49 +287,77 @@ class GroupCommitWriter:
         plan.slices.append((start, len(plan.events), decision))
         plan.replayed.append(None)
         if key is not None:
+            plan.claims[(ctx.tenant, key)] = request_hash
             plan.keys.append(_key_record(ctx, key, request_hash, plan.events[start:], cmd,
                                          decision))
 
+    @staticmethod
+    def _repeats(plan: _Plan, index: int, key: tuple[str, str], request_hash: str,
+                 known: dict[tuple[str, str], IdempotentResult]) -> bool:
+        """Whether the command repeats one already committed (its result is replayed) or
+        one earlier in this group (its result is shared after the commit); a different request
+        under the same key is refused."""
+        earlier = known.get(key)
+        claimed = earlier.record.request_hash if earlier else plan.claims.get(key)
+        if claimed is None:
+            return False
+        if claimed != request_hash:
+            raise Rejected(index, Invalid("idempotency_key",
+                                          "already used for a different request in this tenant"))
+        plan.slices.append((len(plan.events), len(plan.events), None))
+        plan.replayed.append(_replayed(earlier) if earlier else None)
+        return True
+
     def _envelopes(self, plan: _Plan, cmd: CommandBase, ctx: Context, decision: Decision
-                   ) -> list[EventEnvelope]:
+                   ) -> list[NewEvent]:
         stream_id = decision.target.stream_id(ctx.tenant)
-        envelopes = []
+        events = []
         for payload in decision.events:
             state = plan.states.get(stream_id)
-            # Built from a validated command and domain payload: construct, don't re-validate.
-            envelopes.append(EventEnvelope.model_construct(
-                event_id=self._new_id(), event_type=payload.event_type,
-                schema_version=payload.schema_version, stream_id=stream_id,
-                stream_version=(state.version if state else 0) + 1, tenant_id=ctx.tenant,
-                space_id=decision.space_id, session_id=decision.session_id,
-                agent_id=cmd.agent_id, actor=ctx.actor, valid_from=decision.valid_from,
-                valid_to=decision.valid_to, idempotency_key=cmd.idempotency_key,
-                causation_id=cmd.causation_id, correlation_id=cmd.correlation_id,
-                traceparent=plan.unit.traceparent, payload=payload.model_dump(mode="json")))
+            version = (state.version if state else 0) + 1
+            event_id = self._new_id()
+            # Every value comes from a validated command or domain payload, so the stored
+            # JSON is written directly (one encoding) rather than through EventEnvelope again.
+            data = orjson.dumps({
+                "event_id": event_id, "event_type": payload.event_type,
+                "schema_version": payload.schema_version, "stream_id": stream_id,
+                "stream_version": version, "tenant_id": ctx.tenant,
+                "space_id": decision.space_id, "session_id": decision.session_id,
+                "agent_id": cmd.agent_id, "actor": ctx.actor, "valid_from": decision.valid_from,
+                "valid_to": decision.valid_to, "idempotency_key": cmd.idempotency_key,
+                "causation_id": cmd.causation_id, "correlation_id": cmd.correlation_id,
+                "traceparent": plan.unit.traceparent, "subject_id": None, "key_id": None,
+                "payload": payload.model_dump(mode="json")})
+            events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
             plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id)
-        return envelopes
+        return events
 
     # --- after commit ----------------------------------------------------------------------
 
     def _finish(self, plans: list[_Plan], positions: list[int]) -> None:
         offset = 0
+        by_key: dict[tuple[str, str], CommandResult] = {}
         for plan in plans:
             self._remember({e.stream_id: plan.states[e.stream_id] for e in plan.events})
-            plan.unit.done(_results(plan, positions[offset:offset + len(plan.events)]))
+            results = _results(plan, positions[offset:offset + len(plan.events)], by_key)
+            plan.unit.done(results)
             offset += len(plan.events)
         if positions and self._on_commit is not None:
             self._on_commit(positions[-1])
 
 
-def _results(plan: _Plan, positions: list[int]) -> list[CommandResult]:
-    """The unit's results; ``positions`` are those of the unit's own events. A key repeated
-    inside the unit gets the result of its first use."""
+def _results(plan: _Plan, positions: list[int],
+             by_key: dict[tuple[str, str], CommandResult]) -> list[CommandResult]:
+    """The unit's results; ``positions`` are those of the unit's own events. A command that
+    repeated a key used earlier in the group gets that command's result (from ``by_key``,
+    which this fills as it goes)."""
     results: list[CommandResult] = []
-    by_key: dict[str, CommandResult] = {}
+    tenant = plan.unit.tenant
     for cmd, (start, end, decision), prior in zip(plan.unit.commands, plan.slices,
                                                   plan.replayed, strict=True):
+        key = (tenant, cmd.idempotency_key or "")
         if decision is None:
-            result = prior or by_key[cmd.idempotency_key or ""]
+            result = prior or replace(by_key[key], duplicate=True)
         else:
             events = plan.events[start:end]
             result = CommandResult(
@@ -322,7 +365,7 @@ def _results(plan: _Plan, positions: list[int]) -> list[CommandResult]:
                 positions=tuple(positions[start:end]),
                 stream_version=events[-1].stream_version, ids=decision.ids)
             if cmd.idempotency_key:
-                by_key[cmd.idempotency_key] = result
+                by_key[key] = result
         results.append(result)
     return results
 
@@ -351,13 +394,7 @@ def _request_hash(cmd: CommandBase) -> str:
     return hashlib.sha256(cmd.model_dump_json().encode()).hexdigest()[:32]
 
 
-def _check_same_request(index: int, earlier: IdempotentResult | None, request_hash: str) -> None:
-    if earlier is not None and earlier.record.request_hash != request_hash:
-        raise Rejected(index, Invalid("idempotency_key",
-                                      "already used for a different request in this tenant"))
-
-
-def _key_record(ctx: Context, key: str, request_hash: str, events: list[EventEnvelope],
+def _key_record(ctx: Context, key: str, request_hash: str, events: list[NewEvent],
                 cmd: CommandBase, decision: Decision) -> IdempotencyRecord:
     response: dict[str, Any] = {"command": _name(cmd), "ids": decision.ids,
                                 "event_ids": [str(e.event_id) for e in events]}

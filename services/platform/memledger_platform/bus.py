@@ -1,9 +1,15 @@
 """NATS JetStream plumbing shared by services: connection and the streams memledger owns."""
 
+import asyncio
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import nats
+import orjson
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
@@ -48,3 +54,75 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int
         except nats.js.errors.NotFoundError:
             log.info("creating JetStream stream %s", config.name)
             await js.add_stream(config)
+
+
+@dataclass(frozen=True)
+class Ack:
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+class PublishRefused(Exception):
+    """JetStream answered a publish with an error (e.g. a failed Expected-Last-Sequence)."""
+
+
+class PipelinedPublisher:
+    """JetStream publishes sent back to back, each with a future for its ack.
+
+    Used instead of nats-py's ``publish_async``, whose reply handler raises (rather than
+    failing the future) when JetStream answers with an error: the caller then waits forever.
+    Here an error ack fails its future, and ``settle`` bounds the wait.
+    """
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._next = 0
+        self._pending: dict[str, asyncio.Future[Ack]] = {}
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._prefix = f"{self._nc.new_inbox()}."
+        self._sub = await self._nc.subscribe(f"{self._prefix}*", cb=self._on_ack)
+
+    async def publish(self, subject: str, payload: bytes, headers: dict[str, str]
+                      ) -> "asyncio.Future[Ack]":
+        self._next += 1
+        token = str(self._next)
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        self._pending[token] = future
+        await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        return future
+
+    async def settle(self, futures: Sequence["asyncio.Future[Ack]"], limit_seconds: float
+                     ) -> list[Ack | BaseException]:
+        """Every ack or error, in order; one unanswered after ``limit_seconds`` is a timeout."""
+        done, _ = await asyncio.wait(futures, timeout=limit_seconds) if futures else (set(), set())
+        outcomes: list[Ack | BaseException] = []
+        for future in futures:
+            if future in done:
+                outcomes.append(future.exception() or future.result())
+            else:
+                future.cancel()
+                outcomes.append(TimeoutError(f"no JetStream ack within {limit_seconds}s"))
+        self._pending = {k: f for k, f in self._pending.items() if not f.done()}
+        return outcomes
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+
+    async def _on_ack(self, msg: Msg) -> None:
+        future = self._pending.pop(msg.subject[len(self._prefix):], None)
+        if future is None or future.done():
+            return
+        if not msg.data:  # a status message, e.g. 503 "no responders": no such stream
+            status = (msg.headers or {}).get("Status", "?")
+            future.set_exception(PublishRefused(f"no stream answered (status {status})"))
+            return
+        body = orjson.loads(msg.data)
+        if "error" in body:
+            future.set_exception(PublishRefused(str(body["error"])))
+        else:
+            future.set_result(Ack(body["stream"], body["seq"], body.get("duplicate", False)))

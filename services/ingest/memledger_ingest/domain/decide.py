@@ -6,6 +6,7 @@ naming it), the actor, and a ``lookup`` of stream states. Every refusal is a ``D
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from uuid import UUID
 
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
@@ -27,7 +28,7 @@ class Context:
     fresh_id: UUID
     actor: str
 
-    @property
+    @cached_property
     def fresh_key(self) -> str:
         return str(self.fresh_id)
 
@@ -49,6 +50,10 @@ def _new_or(ident: UUID | None, ctx: Context) -> UUID:
     return ident if ident is not None else ctx.fresh_id
 
 
+def _key_or(ident: UUID | None, ctx: Context) -> str:
+    return str(ident) if ident is not None else ctx.fresh_key
+
+
 def target_of(cmd: c.CommandBase, ctx: Context) -> StreamRef:
     """The stream a command appends to."""
     return _target(cmd, ctx)
@@ -66,6 +71,7 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
     target = target_of(cmd, ctx)
     current = lookup(target)
     if cmd.expected_version is not None:
+        _same_space(cmd, target, current)
         version = current.version if current else 0
         if version != cmd.expected_version:
             raise Conflict(f"expected version {cmd.expected_version}, stream is at {version}",
@@ -74,6 +80,17 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
 
 
 # --- checks ---------------------------------------------------------------------------------
+
+_WHAT = {"item": "memory item"}
+
+
+def _same_space(cmd: c.CommandBase, target: StreamRef, current: StreamState | None) -> None:
+    # Checked before a version comparison: a conflict would reveal that the stream exists in
+    # another space, and its version.
+    space = getattr(cmd, "space_id", None)
+    if current is not None and space is not None and current.space_id != space:
+        raise NotFound(_WHAT.get(target.kind, target.kind), target.key)
+
 
 
 def _active_space(lookup: Lookup, space_id: str) -> StreamState:
@@ -335,17 +352,18 @@ def _handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, 
 
 
 def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
+    # The most frequent commands first: a match tries its cases in order.
     match cmd:
+        case c.AssertMemory():
+            return StreamRef("item", _key_or(cmd.item_id, ctx))
+        case c.EndSession() | c.AppendMessage():
+            return StreamRef("session", str(cmd.session_id))
         case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
             return StreamRef("space", cmd.space_id)
         case c.RegisterAgent():
             return StreamRef("agent", cmd.agent_id)
         case c.StartSession():
             return StreamRef("session", str(_new_or(cmd.session_id, ctx)))
-        case c.EndSession() | c.AppendMessage():
-            return StreamRef("session", str(cmd.session_id))
-        case c.AssertMemory():
-            return StreamRef("item", str(_new_or(cmd.item_id, ctx)))
         case (c.ReviseMemory() | c.SupersedeMemory() | c.RetractMemory() | c.ReaffirmMemory()
               | c.ArchiveMemory()):
             return StreamRef("item", str(cmd.item_id))

@@ -5,6 +5,7 @@ from memledger_platform.eventstore.port import (
     EventStore,
     IdempotencyKeyTaken,
     IdempotencyRecord,
+    NewEvent,
     RecordedEvent,
     StreamConflict,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "EventStore",
     "IdempotencyKeyTaken",
     "IdempotencyRecord",
+    "NewEvent",
     "RecordedEvent",
     "StreamConflict",
 ]

@@ -11,9 +11,9 @@ from memledger_platform.eventstore.port import (
     IdempotencyKeyTaken,
     IdempotencyRecord,
     IdempotentResult,
+    NewEvent,
     RecordedEvent,
     StreamConflict,
-    encode,
 )
 from memledger_schemas.envelope import EventEnvelope
 
@@ -25,13 +25,14 @@ class InMemoryEventStore(EventStore):
         self._versions: set[tuple[UUID, int]] = set()
         self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
 
-    def append(self, events: Sequence[EventEnvelope],
+    def append(self, events: Sequence[EventEnvelope | NewEvent],
                keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
+        new = [NewEvent.of(event) for event in events]
         with self._lock:
-            self._check(events, keys)
-            return [self._commit(event) for event in events] + self._remember(keys)
+            self._check(new, keys)
+            return [self._commit(event) for event in new] + self._remember(keys)
 
-    def _check(self, events: Sequence[EventEnvelope], keys: Sequence[IdempotencyRecord]) -> None:
+    def _check(self, events: Sequence[NewEvent], keys: Sequence[IdempotencyRecord]) -> None:
         slots = [(e.stream_id, e.stream_version) for e in events]
         if len(set(slots)) != len(slots) or self._versions.intersection(slots):
             raise StreamConflict(f"stream version taken among {slots}")
@@ -39,12 +40,12 @@ class InMemoryEventStore(EventStore):
         if len(set(names)) != len(names) or set(names) & self._keys.keys():
             raise IdempotencyKeyTaken(f"idempotency key taken among {names}")
 
-    def _commit(self, event: EventEnvelope) -> Committed:
+    def _commit(self, event: NewEvent) -> Committed:
         now = datetime.now(UTC)
         if self._log and now <= self._log[-1].recorded_at:
             now = self._log[-1].recorded_at + timedelta(microseconds=1)
         recorded = RecordedEvent(len(self._log) + 1, now, event.stream_id, event.stream_version,
-                                 event.event_type, encode(event))
+                                 event.event_type, event.data)
         self._log.append(recorded)
         self._versions.add((event.stream_id, event.stream_version))
         return Committed(recorded.position, recorded.recorded_at)
@@ -61,6 +62,8 @@ class InMemoryEventStore(EventStore):
             for event in self._log:
                 if event.stream_id in wanted:
                     found.setdefault(event.stream_id, []).append(event)
+        for events in found.values():
+            events.sort(key=lambda event: event.stream_version)
         return found
 
     def read_all(self, after: int, limit: int) -> list[RecordedEvent]:

@@ -91,12 +91,32 @@ def encode(envelope: EventEnvelope) -> bytes:
     return envelope.model_dump_json(exclude={"global_position", "recorded_at"}).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An uncommitted event in its stored form: ``data`` is the envelope JSON without the
+    commit fields. The writer builds these directly (one JSON encoding per event); anything
+    else can pass ``EventEnvelope`` objects to ``append``."""
+
+    event_id: UUID
+    stream_id: UUID
+    stream_version: int
+    event_type: str
+    data: bytes
+
+    @classmethod
+    def of(cls, envelope: "EventEnvelope | NewEvent") -> "NewEvent":
+        if isinstance(envelope, NewEvent):
+            return envelope
+        return cls(envelope.event_id, envelope.stream_id, envelope.stream_version,
+                   envelope.event_type, encode(envelope))
+
+
 class EventStore(ABC):
     @abstractmethod
-    def append(self, events: Sequence[EventEnvelope],
+    def append(self, events: Sequence["EventEnvelope | NewEvent"],
                keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
-        """Commit ``events`` (uncommitted envelopes) and ``keys`` atomically; return one
-        ``Committed`` per event, in order. Raises ``StreamConflict``/``IdempotencyKeyTaken``."""
+        """Commit ``events`` (uncommitted) and ``keys`` atomically; return one ``Committed``
+        per event, in order. Raises ``StreamConflict``/``IdempotencyKeyTaken``."""
 
     @abstractmethod
     def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:

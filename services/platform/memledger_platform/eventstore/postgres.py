@@ -27,9 +27,9 @@ from memledger_platform.eventstore.port import (
     IdempotencyKeyTaken,
     IdempotencyRecord,
     IdempotentResult,
+    NewEvent,
     RecordedEvent,
     StreamConflict,
-    encode,
 )
 from memledger_schemas.envelope import EventEnvelope
 
@@ -131,10 +131,10 @@ class PostgresEventStore(EventStore):
     def close(self) -> None:
         self._datastore.close()
 
-    def append(self, events: Sequence[EventEnvelope],
+    def append(self, events: Sequence[EventEnvelope | NewEvent],
                keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
         stored = [StoredEvent(originator_id=e.stream_id, originator_version=e.stream_version,
-                              topic=e.event_type, state=encode(e)) for e in events]
+                              topic=e.event_type, state=e.data) for e in map(NewEvent.of, events)]
         committed: list[Committed] = []
         try:
             self._recorder.insert_events(stored, keys=keys, committed=committed)

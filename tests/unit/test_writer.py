@@ -1,0 +1,403 @@
+"""GroupCommitWriter over the in-memory event store: grouping, atomicity, idempotency, retries."""
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from uuid import UUID
+
+import pytest
+
+from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
+from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform.eventstore import (
+    Committed,
+    IdempotencyRecord,
+    NewEvent,
+    StreamConflict,
+)
+from memledger_platform.eventstore.memory import InMemoryEventStore
+from memledger_schemas import commands as c
+from memledger_schemas.envelope import EventEnvelope
+from memledger_schemas.events import MemoryAsserted
+from tests.support import eventually
+
+TENANT = "acme"
+
+Batch = Sequence[c.CommandBase]
+
+
+class ScriptedStore(InMemoryEventStore):
+    """An in-memory store that can hold its first append until ``gate`` is set (so later
+    submissions queue up behind it and form one group) and fail chosen appends (1-based)."""
+
+    def __init__(self, *, hold_first: bool = False,
+                 failures: dict[int, Exception] | None = None) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        if not hold_first:
+            self.gate.set()
+        self._failures = failures or {}
+
+    def append(self, events: Sequence[EventEnvelope | NewEvent],
+               keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
+        self.sizes.append(len(events))
+        self.entered.set()
+        if len(self.sizes) == 1:
+            self.gate.wait(timeout=10)
+        failure = self._failures.get(len(self.sizes))
+        if failure is not None:
+            raise failure
+        return super().append(events, keys)
+
+
+@contextmanager
+def running(store: InMemoryEventStore) -> Iterator[GroupCommitWriter]:
+    writer = GroupCommitWriter(store)
+    writer.start()
+    try:
+        yield writer
+    finally:
+        writer.stop()
+
+
+@pytest.fixture
+def store() -> InMemoryEventStore:
+    return InMemoryEventStore()
+
+
+@pytest.fixture
+def writer(store: InMemoryEventStore) -> Iterator[GroupCommitWriter]:
+    with running(store) as started:
+        yield started
+
+
+def space(space_id: str = "notes", **fields: object) -> c.CreateSpace:
+    return c.CreateSpace.model_validate({"space_id": space_id, **fields})
+
+
+def memory(space_id: str = "notes", content: str = "sky is blue", **fields: object
+           ) -> c.AssertMemory:
+    return c.AssertMemory.model_validate(
+        {"space_id": space_id, "kind": "fact", "content": content, **fields})
+
+
+async def hold_a_first_write(writer: GroupCommitWriter, store: ScriptedStore
+                            ) -> "asyncio.Task[list[CommandResult]]":
+    """Submit a write and wait until the store holds it (``store.gate`` lets it go)."""
+    blocker = asyncio.create_task(writer.submit(TENANT, [space("blocker")]))
+
+    async def store_entered() -> None:
+        assert store.entered.is_set()
+
+    await eventually(store_entered)
+    return blocker
+
+
+async def queue_up(writer: GroupCommitWriter, batches: Sequence[Batch]
+                   ) -> list["asyncio.Task[list[CommandResult]]"]:
+    tasks = [asyncio.create_task(writer.submit(TENANT, batch)) for batch in batches]
+    await asyncio.sleep(0)  # one loop turn: each task queues its unit, then awaits its result
+    return tasks
+
+
+async def pile_up(writer: GroupCommitWriter, store: ScriptedStore, batches: Sequence[Batch]
+                  ) -> list["asyncio.Task[list[CommandResult]]"]:
+    """Submit ``batches`` while the store holds a first write, so that they are all queued
+    when the writer next drains: they form one group. The first write is awaited."""
+    blocker = await hold_a_first_write(writer, store)
+    tasks = await queue_up(writer, batches)
+    store.gate.set()
+    await blocker
+    return tasks
+
+
+# --- plain writes ---------------------------------------------------------------------------
+
+
+async def test_a_write_returns_its_event_ids_and_positions(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    (result,) = await writer.submit(TENANT, [space("notes")])
+
+    (recorded,) = store.read_all(0, 10)
+    envelope = recorded.envelope()
+    assert result.command == "create_space"
+    assert result.event_ids == (str(envelope.event_id),)
+    assert result.positions == (1,) == (envelope.global_position,)
+    assert (result.stream_version, result.ids, result.duplicate) == (1, {"space_id": "notes"},
+                                                                     False)
+    assert (envelope.tenant_id, envelope.space_id, envelope.event_type, envelope.actor) == (
+        TENANT, "notes", "space.created", "api")
+
+
+async def test_every_event_the_writer_stores_is_a_valid_envelope_carrying_the_command_context(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    session = UUID(int=7)
+    start, end = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+    await writer.submit(TENANT, [space("notes"), c.StartSession(space_id="notes",
+                                                                 session_id=session)])
+    await writer.submit(TENANT, [memory(session_id=session, valid_from=start, valid_to=end,
+                                        agent_id="scribe", idempotency_key="k-1",
+                                        correlation_id="corr", causation_id="cause")],
+                        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+
+    envelope = store.read_all(2, 1)[0].envelope()
+    assert (envelope.session_id, envelope.valid_from, envelope.valid_to) == (session, start, end)
+    assert (envelope.agent_id, envelope.actor, envelope.idempotency_key) == (
+        "scribe", "agent:scribe", "k-1")
+    assert (envelope.correlation_id, envelope.causation_id) == ("corr", "cause")
+    assert envelope.traceparent is not None
+    assert envelope.stream_version == 1
+    payload = envelope.typed_payload()
+    assert isinstance(payload, MemoryAsserted)
+    assert payload.content == "sky is blue"
+
+
+async def test_positions_increase_from_one_write_to_the_next(writer: GroupCommitWriter) -> None:
+    await writer.submit(TENANT, [space("notes")])
+    positions = [(await writer.submit(TENANT, [memory(content=f"fact {n}")]))[0].position
+                 for n in range(5)]
+
+    assert positions == sorted(positions)
+    assert len(set(positions)) == 5
+    assert positions[0] > 1
+
+
+async def test_a_later_command_of_a_batch_sees_the_effect_of_an_earlier_one(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    created, asserted = await writer.submit(TENANT, [space("fresh"), memory("fresh")])
+
+    assert created.positions == (1,)
+    assert asserted.positions == (2,)
+    assert asserted.ids.keys() == {"item_id"}
+    envelopes = [e.envelope() for e in store.read_all(0, 10)]
+    assert [(e.event_type, e.space_id) for e in envelopes] == [
+        ("space.created", "fresh"), ("memory.asserted", "fresh")]
+
+
+async def test_an_agent_id_becomes_the_actor_when_no_actor_is_given(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    await writer.submit(TENANT, [space("notes", agent_id="scribe")])
+    await writer.submit(TENANT, [space("other", agent_id="scribe", actor="alice")])
+
+    actors = [e.envelope().actor for e in store.read_all(0, 10)]
+    assert actors == ["agent:scribe", "alice"]
+
+
+async def test_the_commit_callback_hears_the_highest_committed_position(
+        store: InMemoryEventStore) -> None:
+    heard: list[int] = []
+    writer = GroupCommitWriter(store, on_commit=heard.append)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes"), memory(), memory()])
+    finally:
+        writer.stop()
+
+    async def heard_three() -> None:
+        assert heard == [3]
+
+    await eventually(heard_three)
+
+
+# --- idempotency ----------------------------------------------------------------------------
+
+
+async def test_a_retry_with_the_same_idempotency_key_returns_the_first_result(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    (first,) = await writer.submit(TENANT, [space("notes", idempotency_key="k-1")])
+    written = store.max_position()
+
+    (again,) = await writer.submit(TENANT, [space("notes", idempotency_key="k-1")])
+
+    assert again.duplicate is True
+    assert (again.event_ids, again.positions, again.ids, again.stream_version) == (
+        first.event_ids, first.positions, first.ids, first.stream_version)
+    assert store.max_position() == written
+
+
+async def test_a_key_reused_for_a_different_request_is_refused_as_invalid(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    await writer.submit(TENANT, [space("notes", idempotency_key="k-1")])
+
+    with pytest.raises(Rejected) as refusal:
+        await writer.submit(TENANT, [space("notes", name="Renamed", idempotency_key="k-1")])
+
+    assert refusal.value.index == 0
+    assert isinstance(refusal.value.error, Invalid)
+    assert refusal.value.error.field == "idempotency_key"
+    assert store.max_position() == 1
+
+
+async def test_an_idempotency_key_is_scoped_by_tenant(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    (ours,) = await writer.submit("acme", [space("notes", idempotency_key="k-1")])
+    (theirs,) = await writer.submit("globex", [space("notes", idempotency_key="k-1")])
+
+    assert not theirs.duplicate
+    assert theirs.event_ids != ours.event_ids
+    assert store.max_position() == 2
+
+
+async def test_a_key_repeated_with_the_same_request_inside_one_batch_writes_once(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    first, second = await writer.submit(
+        TENANT, [space("notes", idempotency_key="k-1"), space("notes", idempotency_key="k-1")])
+
+    assert second == dataclasses.replace(first, duplicate=True)
+    assert store.max_position() == 1
+
+
+async def test_a_key_reused_for_a_different_request_inside_one_batch_is_refused(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    with pytest.raises(Rejected) as refusal:
+        await writer.submit(TENANT, [space("notes", idempotency_key="k-1"),
+                                     space("other", idempotency_key="k-1")])
+
+    assert refusal.value.index == 1
+    assert isinstance(refusal.value.error, Invalid)
+    assert store.max_position() == 0
+
+
+async def test_a_retry_that_arrives_while_its_original_is_queued_gets_the_first_result() -> None:
+    store = ScriptedStore(hold_first=True)
+    with running(store) as writer:
+        tasks = await pile_up(writer, store, [[space("notes", idempotency_key="k-1")],
+                                              [space("notes", idempotency_key="k-1")]])
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+
+    first, again = outcomes
+    assert isinstance(first, list)
+    assert isinstance(again, list), f"the retry was refused: {again!r}"
+    assert again[0].duplicate
+    assert again[0].event_ids == first[0].event_ids
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+
+async def test_an_expected_version_mismatch_is_rejected_with_the_current_version(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    await writer.submit(TENANT, [space("notes")])
+
+    with pytest.raises(Rejected) as refusal:
+        await writer.submit(TENANT, [c.SetSpacePolicy(space_id="notes", expected_version=0)])
+
+    assert isinstance(refusal.value.error, Conflict)
+    assert refusal.value.error.current_version == 1
+    assert store.max_position() == 1
+
+
+async def test_an_atomic_batch_with_a_refused_command_writes_nothing(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    batch = [space("fresh"), memory("fresh"), memory("nowhere"), memory("fresh")]
+
+    with pytest.raises(Rejected) as refusal:
+        await writer.submit(TENANT, batch)
+
+    assert refusal.value.index == 2
+    assert isinstance(refusal.value.error, NotFound)
+    assert store.max_position() == 0
+    (created,) = await writer.submit(TENANT, [space("fresh")])
+    assert created.positions == (1,)
+
+
+async def test_a_refused_submission_does_not_hold_back_the_others_of_its_group() -> None:
+    store = ScriptedStore(hold_first=True)
+    with running(store) as writer:
+        tasks = await pile_up(writer, store, [[space("a")], [memory("nowhere")], [space("b")]])
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert isinstance(outcomes[0], list)
+    assert isinstance(outcomes[1], Rejected)
+    assert isinstance(outcomes[2], list)
+    assert store.sizes == [1, 2]
+    assert store.max_position() == 3
+
+
+# --- concurrency and failures ---------------------------------------------------------------
+
+
+async def test_many_concurrent_submissions_all_commit_at_distinct_gapless_positions(
+        writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
+    results = await asyncio.gather(
+        *(writer.submit(TENANT, [space(f"s{n}")]) for n in range(200)))
+
+    positions = sorted(r[0].position for r in results)
+    assert positions == list(range(1, 201))
+    assert store.max_position() == 200
+
+
+async def test_after_a_stream_conflict_each_submission_of_the_group_is_retried_alone() -> None:
+    store = ScriptedStore(hold_first=True, failures={2: StreamConflict("taken meanwhile")})
+    with running(store) as writer:
+        tasks = await pile_up(writer, store, [[space("a")], [space("b")], [space("c")]])
+        results = await asyncio.gather(*tasks)
+
+    assert store.sizes == [1, 3, 1, 1, 1]
+    assert sorted(r[0].position for r in results) == [2, 3, 4]
+    assert store.max_position() == 4
+
+
+async def test_a_write_on_a_stream_another_writer_moved_is_retried_on_fresh_state(
+        store: InMemoryEventStore) -> None:
+    with running(store) as ours, running(store) as theirs:
+        await ours.submit(TENANT, [space("notes")])
+        await theirs.submit(TENANT, [c.SetSpacePolicy(space_id="notes")])
+
+        (result,) = await ours.submit(TENANT, [c.SetSpacePolicy(space_id="notes")])
+
+    assert result.stream_version == 3
+    assert result.ids["policy_version"] == "2"
+
+
+async def test_a_real_conflict_found_on_retry_is_refused(store: InMemoryEventStore) -> None:
+    with running(store) as ours, running(store) as theirs:
+        await ours.submit(TENANT, [space("notes")])
+        await theirs.submit(TENANT, [c.ArchiveSpace(space_id="notes")])
+
+        with pytest.raises(Rejected) as refusal:
+            await ours.submit(TENANT, [c.SetSpacePolicy(space_id="notes")])
+
+    assert isinstance(refusal.value.error, Conflict)
+    assert store.max_position() == 2
+
+
+async def test_when_the_store_fails_every_waiter_of_the_group_gets_the_error() -> None:
+    store = ScriptedStore(hold_first=True, failures={2: RuntimeError("disk on fire")})
+    with running(store) as writer:
+        tasks = await pile_up(writer, store, [[space("a")], [space("b")], [space("c")]])
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert all(isinstance(o, RuntimeError) and str(o) == "disk on fire" for o in outcomes)
+    assert store.sizes == [1, 3]
+    assert store.max_position() == 1
+
+
+async def test_the_writer_keeps_working_after_a_store_failure() -> None:
+    store = ScriptedStore(failures={1: RuntimeError("blip")})
+    with running(store) as writer:
+        with pytest.raises(RuntimeError, match="blip"):
+            await writer.submit(TENANT, [space("notes")])
+        (result,) = await writer.submit(TENANT, [space("notes")])
+
+    assert result.positions == (1,)
+
+
+async def test_stop_finishes_the_submissions_queued_before_it() -> None:
+    store = ScriptedStore(hold_first=True)
+    writer = GroupCommitWriter(store)
+    writer.start()
+    blocker = await hold_a_first_write(writer, store)
+    tasks = await queue_up(writer, [[space(f"s{n}")] for n in range(10)])
+
+    store.gate.set()
+    writer.stop()  # at once: the writer is still busy with the blocker, the ten are queued
+    results = await asyncio.gather(blocker, *tasks)
+
+    assert len(results) == 11
+    assert store.max_position() == 11
