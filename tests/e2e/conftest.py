@@ -32,13 +32,23 @@ class Running:
 
 
 def engine_processes(home: Path) -> list[psutil.Process]:
-    """Processes still running for this data directory (postgres or nats-server)."""
+    """Processes still running for this data directory: postgres and nats-server (named in
+    their command lines) and memledger's own children, such as the relay (by environment)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(home) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        if str(home) in cmdline or _home_of(proc) == str(home):
             found.append(proc)
     return found
+
+
+def _home_of(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get("MEMLEDGER_HOME")
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
 
 
 def start(home: Path, **env: str) -> Running:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import nats
 import orjson
 
@@ -25,6 +26,11 @@ def _write_fact(url: str, content: str) -> dict[str, object]:
     assert response.status_code == 201, response.text
     body: dict[str, object] = response.json()
     return body
+
+
+def test_up_runs_the_relay_as_a_child_process(memledger: Running) -> None:
+    children = psutil.Process(memledger.proc.pid).children()
+    assert any("relay" in " ".join(child.cmdline()) for child in children)
 
 
 def test_up_prints_where_it_listens_and_a_curl_example(memledger: Running) -> None:

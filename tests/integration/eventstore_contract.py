@@ -21,17 +21,8 @@ from memledger_platform.eventstore import (
     RecordedEvent,
     StreamConflict,
 )
-from memledger_platform.ids import uuid7
-from memledger_schemas.envelope import EventEnvelope
-
-
-def envelope(stream_id: UUID, version: int, *, tenant: str = "acme", space: str = "main",
-             event_type: str = "memory.asserted", **fields: Any) -> EventEnvelope:
-    """An uncommitted envelope; ``fields`` sets any other envelope field."""
-    payload = fields.pop("payload", {"content": f"event {version} of {stream_id}"})
-    return EventEnvelope(event_id=uuid7(), event_type=event_type, schema_version=1,
-                         stream_id=stream_id, stream_version=version, tenant_id=tenant,
-                         space_id=space, actor="test", payload=payload, **fields)
+from memledger_platform.eventstore.port import NewEvent
+from tests.integration.events_support import envelope, read_everything
 
 
 def key_record(tenant: str, key: str, stream_id: UUID, first: int, last: int,
@@ -42,13 +33,6 @@ def key_record(tenant: str, key: str, stream_id: UUID, first: int, last: int,
 
 def positions(committed: Sequence[Committed] | Sequence[RecordedEvent]) -> list[int]:
     return [c.position for c in committed]
-
-
-def read_everything(store: EventStore, page: int = 1_000) -> list[RecordedEvent]:
-    found: list[RecordedEvent] = []
-    while batch := store.read_all(found[-1].position if found else 0, page):
-        found.extend(batch)
-    return found
 
 
 class EventStoreContract:
@@ -285,3 +269,15 @@ class EventStoreContract:
             "global_position": committed.position, "recorded_at": committed.recorded_at})
         assert restored.recorded_at is not None
         assert restored.recorded_at.tzinfo == UTC
+
+    def test_events_appended_in_stored_form_read_back_like_envelopes(self, store: EventStore
+                                                                     ) -> None:
+        stream = uuid4()
+        originals = [envelope(stream, 1), envelope(stream, 2)]
+        committed = store.append([NewEvent.of(originals[0]), originals[1]])
+
+        restored = [e.envelope() for e in store.read_streams([stream])[stream]]
+
+        assert restored == [o.model_copy(update={"global_position": c.position,
+                                                 "recorded_at": c.recorded_at})
+                            for o, c in zip(originals, committed, strict=True)]

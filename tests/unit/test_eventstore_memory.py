@@ -14,7 +14,3 @@ class TestInMemoryEventStore(EventStoreContract):
     def store(self) -> EventStore:
         return InMemoryEventStore()
 
-    def test_read_streams_orders_by_version_even_when_versions_were_committed_out_of_order(
-            self, store: EventStore) -> None:
-        super().test_read_streams_orders_by_version_even_when_versions_were_committed_out_of_order(
-            store)

@@ -25,6 +25,14 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _relay(args: argparse.Namespace, settings: Settings) -> int:
+    from memledger_ingest.relay_service import run
+    from memledger_platform.lifecycle import run_service
+
+    run_service(run(settings))
+    return 0
+
+
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from memledger_cli.bench import run_bench
 
@@ -38,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
         handler=_up)
     commands.add_parser("ingest", help="run the ingest service alone (distributed mode)"
                         ).set_defaults(handler=_ingest)
+    commands.add_parser("relay", help="run the relay alone: event store -> JetStream "
+                        "(distributed mode; `up` runs it for you)").set_defaults(handler=_relay)
     from memledger_cli.bench import add_bench_parser
 
     add_bench_parser(commands).set_defaults(handler=_bench)

@@ -1,5 +1,6 @@
 """The composition root of the ingest service: builds the adapters from settings and runs the
-writer, the relay, the NATS intake consumer and the HTTP API until told to stop."""
+writer, the NATS intake consumer and the HTTP API until told to stop. (The relay runs in its own
+process: ``relay_service.py``.)"""
 
 import asyncio
 import logging
@@ -8,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
-from memledger_ingest.relay import Relay
+from memledger_ingest.relay import stream_cursor
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform import bus, http_server
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
@@ -37,10 +39,11 @@ def endpoints_from(settings: Settings) -> Endpoints:
 
 @dataclass
 class IngestService:
+    settings: Settings
     store: PostgresEventStore
     nc: Client
+    js: JetStreamContext
     writer: GroupCommitWriter
-    relay: Relay
     intake: Intake
 
 
@@ -52,26 +55,22 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     nc = await bus.connect(endpoints.nats_url, "memledger-ingest")
     js = nc.jetstream(publish_async_max_pending=settings.relay_batch * 2)
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-    relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
-                  poll_seconds=settings.relay_poll_seconds)
     writer = GroupCommitWriter(store, max_group_events=settings.writer_max_group_events,
-                               linger_seconds=settings.writer_linger_ms / 1000,
-                               on_commit=relay.notify)
+                               linger_seconds=settings.writer_linger_ms / 1000)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
-    return IngestService(store, nc, writer, relay, intake)
+    return IngestService(settings, store, nc, js, writer, intake)
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
                 on_ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
-    requests, finish the writer's queue, relay what was committed, then disconnect."""
+    requests, finish the writer's queue, then disconnect."""
     service = await build(settings, endpoints)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
                             setting="MEMLEDGER_HTTP_PORT")
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback)
     service.writer.start()
-    inputs_stop, relay_stop = asyncio.Event(), asyncio.Event()
-    relay_task = asyncio.create_task(service.relay.run(relay_stop))
+    inputs_stop = asyncio.Event()
     inputs = [asyncio.create_task(http_server.serve(app, sock, inputs_stop))]
     if settings.intake_enabled:
         inputs.append(asyncio.create_task(service.intake.run(inputs_stop)))
@@ -81,9 +80,6 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     inputs_stop.set()
     await asyncio.gather(*inputs)
     await asyncio.to_thread(service.writer.stop)
-    await _drain_relay(service.relay)
-    relay_stop.set()
-    await relay_task
     # Everything in flight is settled by now; drain() would only wait out its timeout.
     await service.nc.flush()
     await service.nc.close()
@@ -102,20 +98,17 @@ def _announce(url: str) -> None:
     log.info("ingest listening on %s", url)
 
 
-async def _drain_relay(relay: Relay, limit_seconds: float = 10.0) -> None:
-    async def drain() -> None:
-        while await relay.relay_once():
-            pass
-
-    try:
-        await asyncio.wait_for(drain(), limit_seconds)
-    except Exception as error:
-        log.warning("relay did not finish before shutdown: %s", error)
-
-
 async def _health(service: IngestService) -> dict[str, Any]:
+    """The committed position beside the relayed one (read from the stream itself, so it also
+    checks that the two agree), NATS connectivity and intake dead letters."""
     position = await asyncio.to_thread(service.store.max_position)
-    relayed = service.relay.cursor.position
+    try:
+        relayed: int | None = (await stream_cursor(service.js, service.settings.subjects)
+                               ).position
+    except Exception as error:
+        log.warning("health could not read the events stream: %s", error)
+        relayed = None
+    lag = None if relayed is None else max(0, position - relayed)
     return {"status": "ok", "position": position, "relayed_position": relayed,
-            "relay_lag": max(0, position - relayed), "nats_connected": service.nc.is_connected,
+            "relay_lag": lag, "nats_connected": service.nc.is_connected,
             "intake_dead_letters": service.intake.dead_letters}

@@ -50,6 +50,24 @@ class RelayOutOfSync(Exception):
     """The stream did not accept a publish as the next message; re-read where it stands."""
 
 
+async def stream_cursor(js: JetStreamContext, subjects: Subjects) -> Cursor:
+    """Where the events stream stands: its last sequence, and the position and event id in its
+    last message (what has been relayed). Raises ``RelayOutOfSync`` if that message is not the
+    relay's."""
+    info = await js.stream_info(subjects.events_stream)
+    last = info.state.last_seq
+    if last == 0:
+        return Cursor(0, 0)
+    msg = await js.get_msg(subjects.events_stream, seq=last)
+    position = (msg.headers or {}).get(HDR_POSITION)
+    if position is None:
+        raise RelayOutOfSync(
+            f"the last message of {subjects.events_stream} (sequence {last}, subject "
+            f"{msg.subject}) was not published by the relay; only the relay may publish "
+            "there (fence it with NATS permissions) and that message must be removed")
+    return Cursor(int(position), last, (msg.headers or {}).get(HDR_MSG_ID, ""))
+
+
 class Relay:
     def __init__(self, store: EventStore, js: JetStreamContext, subjects: Subjects, *,
                  batch: int = 2_000, poll_seconds: float = 0.5) -> None:
@@ -92,18 +110,7 @@ class Relay:
 
     async def resume(self) -> Cursor:
         """The stream's last sequence and the event-store position of its last message."""
-        info = await self._js.stream_info(self._subjects.events_stream)
-        last = info.state.last_seq
-        if last == 0:
-            return Cursor(0, 0)
-        msg = await self._js.get_msg(self._subjects.events_stream, seq=last)
-        position = (msg.headers or {}).get(HDR_POSITION)
-        if position is None:
-            raise RelayOutOfSync(
-                f"the last message of {self._subjects.events_stream} (sequence {last}, subject "
-                f"{msg.subject}) was not published by the relay; only the relay may publish "
-                "there (fence it with NATS permissions) and that message must be removed")
-        return Cursor(int(position), last, (msg.headers or {}).get(HDR_MSG_ID, ""))
+        return await stream_cursor(self._js, self._subjects)
 
     async def relay_once(self) -> int:
         """Publish the next batch of committed events; return how many."""

@@ -15,7 +15,6 @@ import queue
 import random
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +30,7 @@ from memledger_platform.eventstore import (
     IdempotencyKeyTaken,
     IdempotencyRecord,
     NewEvent,
+    RecordedEvent,
     StreamConflict,
 )
 from memledger_platform.eventstore.port import IdempotentResult
@@ -91,6 +91,38 @@ class _Plan:
     claims: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
+class _StateCache:
+    """Least-recently-used stream states, held as ints and plain tuples.
+
+    A cache this size (hundreds of thousands of entries) must not be made of objects the
+    garbage collector tracks: each full collection would walk all of them while holding the
+    GIL (measured: 210-240 ms pauses, the whole p99 of a write). Ints and tuples of atomic
+    values are untracked.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: dict[int, tuple[int, str, str, int]] = {}
+
+    def get(self, sid: UUID) -> StreamState | None:
+        entry = self._entries.get(sid.int)
+        if entry is None:
+            return None
+        version, space_id, status, policy_version = entry
+        return StreamState(version, space_id, status, policy_version)  # type: ignore[arg-type]
+
+    def put_all(self, states: dict[UUID, StreamState]) -> None:
+        for sid, state in states.items():
+            self._entries.pop(sid.int, None)  # re-insert: most recent last
+            self._entries[sid.int] = (state.version, state.space_id, state.status,
+                                      state.policy_version)
+        while len(self._entries) > self._size:
+            del self._entries[next(iter(self._entries))]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 class GroupCommitWriter:
     """The single writer of one ingest process. ``submit`` is called from the event loop."""
 
@@ -102,8 +134,7 @@ class GroupCommitWriter:
         self._max_group = max_group_events
         self._linger = linger_seconds
         self._linger_below = linger_below
-        self._cache: OrderedDict[UUID, StreamState] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache = _StateCache(cache_size)
         self._on_commit = on_commit
         self._new_id = new_id
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
@@ -229,24 +260,16 @@ class GroupCommitWriter:
                 wanted.update(r.stream_id(unit.tenant) for r in refs)
                 if cmd.expected_version is not None:
                     fresh.add(target_of(cmd, ctx).stream_id(unit.tenant))
-        states = {sid: self._cache[sid] for sid in wanted - fresh if sid in self._cache}
+        states = {sid: cached for sid in wanted - fresh
+                  if (cached := self._cache.get(sid)) is not None}
         missing = [sid for sid in wanted if sid not in states]
-        loaded: dict[UUID, StreamState] = {}
-        for sid, events in self._store.read_streams(missing).items():
-            state: StreamState | None = None
-            for event in events:
-                state = evolve(state, event.event_type, event.fields()["space_id"])
-            if state is not None:
-                loaded[sid] = state
+        loaded = {sid: _fold(events) for sid, events in self._store.read_streams(missing).items()
+                  if events}
         self._remember(loaded)
         return states | loaded
 
     def _remember(self, states: dict[UUID, StreamState]) -> None:
-        for sid, state in states.items():
-            self._cache[sid] = state
-            self._cache.move_to_end(sid)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._cache.put_all(states)
 
     # --- planning ------------------------------------------------------------------------
 
@@ -270,7 +293,7 @@ class GroupCommitWriter:
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
                   known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
-        request_hash = _request_hash(cmd)
+        request_hash = _request_hash(cmd) if key is not None else ""
         if key is not None and self._repeats(plan, index, (ctx.tenant, key), request_hash, known):
             return
         overlay = plan.states
@@ -368,6 +391,15 @@ def _results(plan: _Plan, positions: list[int],
                 by_key[key] = result
         results.append(result)
     return results
+
+
+def _fold(events: list[RecordedEvent]) -> StreamState:
+    """The state of a stream from its (non-empty) events, in version order."""
+    state: StreamState | None = None
+    for event in events:
+        state = evolve(state, event.event_type, event.fields()["space_id"])
+    assert state is not None
+    return state
 
 
 def _settle(future: "asyncio.Future[list[CommandResult]]",

@@ -164,6 +164,11 @@ def _parent_death_preexec(sig: signal.Signals) -> Callable[[], None] | None:
     return preexec
 
 
+def parent_death_preexec(sig: signal.Signals) -> Callable[[], None] | None:
+    """Public face of ``_parent_death_preexec`` for other supervised children."""
+    return _parent_death_preexec(sig)
+
+
 @dataclass(frozen=True)
 class _RunAs:
     """A system account to run a server binary as."""

@@ -23,9 +23,10 @@ class StreamRef:
         return _stream_id(tenant, self.kind, self.key)
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=4_096)
 def _stream_id(tenant: str, kind: str, key: str) -> UUID:
-    # Cached: a hot space or session is named by every command that touches it.
+    # Cached for the hot streams (a space or session named by every command that touches it);
+    # small, because every entry is an object the garbage collector walks.
     return uuid5(_NAMESPACE, f"{tenant}/{kind}/{key}")
 
 
