@@ -2,6 +2,7 @@
 real PostgreSQL and one real nats-server per session, each test isolated by its own schema and
 its own subject prefix (so its own streams)."""
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -62,8 +63,6 @@ async def nats_js(engines: Endpoints, subjects: Subjects
     await bus.ensure_streams(js, subjects)
     yield nc, js
     for name in (subjects.events_stream, subjects.intake_stream, subjects.dead_letter_stream):
-        try:
+        with contextlib.suppress(Exception):
             await js.delete_stream(name)
-        except Exception:  # noqa: BLE001, S110  (already gone is fine)
-            pass
     await nc.close()

@@ -8,7 +8,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 10.0,
+async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 10.0,  # noqa: ASYNC109
                      interval: float = 0.05) -> T:
     """Poll ``check`` until it returns without raising (an AssertionError means not yet)."""
     deadline = time.monotonic() + timeout

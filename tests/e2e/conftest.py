@@ -68,7 +68,8 @@ def start(home: Path, **env: str) -> Running:
     text = "".join(output)
     url = re.search(r"HTTP API\s+(http://\S+)", text)
     nats_url = re.search(r"nats\s+(nats://\S+)", text)
-    assert url and nats_url, text
+    assert url, text
+    assert nats_url, text
     return Running(proc, home, url.group(1), nats_url.group(1), output)
 
 

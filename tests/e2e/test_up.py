@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import httpx
-import psutil
 import nats
 import orjson
+import psutil
 
 from memledger_platform.engines import free_port
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects

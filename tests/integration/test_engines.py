@@ -25,6 +25,7 @@ import nats
 import psutil
 import psycopg
 import pytest
+
 from memledger_platform import engines
 from memledger_platform.engines import (
     EmbeddedNats,

@@ -222,10 +222,7 @@ async def _deliver_twice_losing_the_first_ack(
 
 @pytest.mark.parametrize("body", [
     pytest.param(_memory("delivered twice"), id="without a key"),
-    pytest.param(_memory("delivered twice", idempotency_key=None), id="with a null key",
-                 marks=pytest.mark.xfail(reason="BUG: an explicit null idempotency_key is kept "
-                                                "(setdefault), so no key is derived and a "
-                                                "redelivery is applied twice", strict=True)),
+    pytest.param(_memory("delivered twice", idempotency_key=None), id="with a null key"),
 ])
 async def test_a_redelivery_after_a_lost_ack_is_answered_from_the_first_commit(
         body: bytes, nats_js: Nats, writer: GroupCommitWriter, subjects: Subjects,

@@ -218,9 +218,6 @@ async def test_a_relay_started_on_a_stream_holding_a_foreign_message_publishes_n
     assert await message_count(js, subjects.events_stream) == 1
 
 
-@pytest.mark.xfail(reason="BUG: after the foreign last message is deleted, Relay.resume() asks "
-                          "for the stream's last_seq, which no longer exists: 404 forever",
-                   strict=True)
 async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it_is_removed(
         event_store: PostgresEventStore, subjects: Subjects, nats_js: Nats,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -107,7 +107,9 @@ class Intake:
         body = _body(msg)
         if body.setdefault("command", name) != name:
             raise _Poison(malformed("command", f"body says {body['command']!r}, subject {name!r}"))
-        body.setdefault("idempotency_key", f"nats-intake:{msg.metadata.sequence.stream}")
+        if body.get("idempotency_key") is None:  # absent or null: derive one, so that a
+            # redelivery after a lost ack is answered from the first commit
+            body["idempotency_key"] = f"nats-intake:{msg.metadata.sequence.stream}"
         try:
             return tenant, BY_NAME[name].model_validate(body)
         except ValidationError as error:
