@@ -142,25 +142,30 @@ class Relay:
         if self._publisher is None:
             self._publisher = PipelinedPublisher(self._nc)
             await self._publisher.start()
-        # Each publish names its predecessor (sequence and event id): once one is refused,
-        # every later one in the pipeline is refused too, so no gap can ever be published.
+        # Each publish names its predecessor (sequence and event id), so the stream accepts a
+        # message only right after the one before it: once one is refused, every later one is
+        # too. The last message's ack therefore vouches for the whole batch, in order, and is
+        # the only one asked for.
         previous, start = self.cursor.event_id, self.cursor.sequence
-        futures = []
+        last = len(events) - 1
         for i, event in enumerate(events):
             fields = event.fields()
             subject = self._subjects.event(fields["tenant_id"], fields["space_id"],
                                            event.event_type)
-            futures.append(await self._publisher.publish(
-                subject, event.document(), _headers(event, fields, start + i, previous)))
+            headers = _headers(event, fields, start + i, previous)
+            if i < last:
+                await self._nc.publish(subject, event.document(), headers=headers)
+            else:
+                final = await self._publisher.publish(subject, event.document(), headers)
             previous = fields["event_id"]
-        self._advance(events, await self._publisher.settle(futures, ACK_TIMEOUT_SECONDS))
+        [ack] = await self._publisher.settle([final], ACK_TIMEOUT_SECONDS)
+        self._advance(events[-1], previous, start + len(events), ack)
 
-    def _advance(self, events: Sequence[RecordedEvent],
-                 acks: Sequence[Ack | BaseException]) -> None:
-        for event, ack in zip(events, acks, strict=True):
-            if isinstance(ack, BaseException) or ack.duplicate:
-                raise RelayOutOfSync(f"publish of position {event.position} refused: {ack}")
-            self.cursor = Cursor(event.position, ack.seq, str(event.fields()["event_id"]))
+    def _advance(self, event: RecordedEvent, event_id: str, expected_seq: int,
+                 ack: Ack | BaseException) -> None:
+        if isinstance(ack, BaseException) or ack.duplicate or ack.seq != expected_seq:
+            raise RelayOutOfSync(f"publish up to position {event.position} refused: {ack}")
+        self.cursor = Cursor(event.position, ack.seq, event_id)
 
     async def _idle(self, stop: asyncio.Event) -> None:
         # LISTEN/NOTIFY's role is played by ``notify`` from the in-process writer; the timeout

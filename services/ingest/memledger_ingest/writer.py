@@ -340,8 +340,9 @@ class GroupCommitWriter:
             version = (state.version if state else 0) + 1
             event_id = self._new_id()
             # Every value comes from a validated command or domain payload, so the stored
-            # JSON is written directly (one encoding) rather than through EventEnvelope again.
-            data = orjson.dumps({
+            # JSON is written directly rather than through EventEnvelope again: the envelope
+            # fields by orjson, the payload by its own serializer, spliced together.
+            head = orjson.dumps({
                 "event_id": event_id, "event_type": payload.event_type,
                 "schema_version": payload.schema_version, "stream_id": stream_id,
                 "stream_version": version, "tenant_id": ctx.tenant,
@@ -349,8 +350,9 @@ class GroupCommitWriter:
                 "agent_id": cmd.agent_id, "actor": ctx.actor, "valid_from": decision.valid_from,
                 "valid_to": decision.valid_to, "idempotency_key": cmd.idempotency_key,
                 "causation_id": cmd.causation_id, "correlation_id": cmd.correlation_id,
-                "traceparent": plan.unit.traceparent, "subject_id": None, "key_id": None,
-                "payload": payload.model_dump(mode="json")})
+                "traceparent": plan.unit.traceparent, "subject_id": None, "key_id": None})
+            body = payload.__pydantic_serializer__.to_json(payload)
+            data = b"".join((head[:-1], b',"payload":', body, b"}"))
             events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
             plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id)
         return events
