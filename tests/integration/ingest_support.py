@@ -31,6 +31,17 @@ async def running(writer: GroupCommitWriter) -> AsyncIterator[GroupCommitWriter]
         writer.stop()
 
 
+@asynccontextmanager
+async def two_writers(dsn: str, schema: str, store: PostgresEventStore
+                      ) -> AsyncIterator[tuple[GroupCommitWriter, GroupCommitWriter]]:
+    """Two running writers on the same schema, each with its own pool (two ingest processes):
+    the first on ``store``, the second on a store of its own."""
+    with store_on(dsn, schema) as second_store:
+        first, second = GroupCommitWriter(store), GroupCommitWriter(second_store)
+        async with running(first), running(second):
+            yield first, second
+
+
 async def open_session(writer: GroupCommitWriter, tenant: str = TENANT, space: str = SPACE
                        ) -> UUID:
     """Create ``space`` and start a session in it; return the session id."""

@@ -16,7 +16,15 @@ from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import AssertMemory, CommandBase
 from tests.integration.events_support import read_everything
-from tests.integration.ingest_support import SPACE, TENANT, message, open_session, running, store_on
+from tests.integration.ingest_support import (
+    SPACE,
+    TENANT,
+    message,
+    open_session,
+    running,
+    store_on,
+    two_writers,
+)
 
 SUBMISSIONS = 400
 
@@ -129,29 +137,25 @@ async def test_two_writers_racing_on_one_session_commit_every_message_once_in_a_
 
 async def test_a_writer_accepts_an_expected_version_that_another_writer_made_current(
         engines: Endpoints, pg_schema: str, event_store: PostgresEventStore) -> None:
-    with store_on(engines.postgres_dsn, pg_schema) as second_store:
-        first, second = GroupCommitWriter(event_store), GroupCommitWriter(second_store)
-        async with running(first), running(second):
-            session = await open_session(first)  # the first writer caches the session at v1
-            moved = await second.submit(TENANT, [message(session, "from the other process")])
-            assert moved[0].stream_version == 2
+    async with two_writers(engines.postgres_dsn, pg_schema, event_store) as (first, second):
+        session = await open_session(first)  # the first writer caches the session at v1
+        moved = await second.submit(TENANT, [message(session, "from the other process")])
+        assert moved[0].stream_version == 2
 
-            with pytest.raises(Rejected) as refused:
-                await first.submit(TENANT, [message(session, "stale", expected_version=1)])
-            assert isinstance(refused.value.error, Conflict)
-            assert refused.value.error.current_version == 2
+        with pytest.raises(Rejected) as refused:
+            await first.submit(TENANT, [message(session, "stale", expected_version=1)])
+        assert isinstance(refused.value.error, Conflict)
+        assert refused.value.error.current_version == 2
 
 
 async def test_a_writer_refuses_no_expected_version_that_is_current_in_the_store(
         engines: Endpoints, pg_schema: str, event_store: PostgresEventStore) -> None:
-    with store_on(engines.postgres_dsn, pg_schema) as second_store:
-        first, second = GroupCommitWriter(event_store), GroupCommitWriter(second_store)
-        async with running(first), running(second):
-            session = await open_session(first)  # the first writer caches the session at v1
-            await second.submit(TENANT, [message(session, "from the other process")])
+    async with two_writers(engines.postgres_dsn, pg_schema, event_store) as (first, second):
+        session = await open_session(first)  # the first writer caches the session at v1
+        await second.submit(TENANT, [message(session, "from the other process")])
 
-            accepted = await first.submit(TENANT, [message(session, "based on what I read",
-                                                           expected_version=2)])
+        accepted = await first.submit(TENANT, [message(session, "based on what I read",
+                                                       expected_version=2)])
 
     assert accepted[0].stream_version == 3
 

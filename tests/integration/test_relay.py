@@ -6,6 +6,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from datetime import datetime
 from uuid import uuid4
 
@@ -222,9 +223,7 @@ async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it
         event_store: PostgresEventStore, subjects: Subjects, nats_js: Nats,
         caplog: pytest.LogCaptureFixture) -> None:
     _, js = nats_js
-    relay, stop = Relay(event_store, js, subjects, poll_seconds=0.02), asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
-    try:
+    async with running_relay(event_store, js, subjects) as task:
         _append_many(event_store, 2)
         await eventually(lambda: _count_is(js, subjects, 2))
         foreign = await js.publish(subjects.event("acme", "main", "someone.else"), b"{}")
@@ -236,9 +235,6 @@ async def test_a_running_relay_survives_a_foreign_message_and_carries_on_once_it
 
         await eventually(lambda: _count_is(js, subjects, 4), timeout=5)
         assert not task.done()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=10)
     msgs = await stream_messages(js, subjects.events_stream, subjects.all_events)
     assert [(m.headers or {}).get(HDR_POSITION) for m in msgs] == ["1", "2", "3", "4"]
 
@@ -247,9 +243,7 @@ async def test_the_running_relay_keeps_relaying_after_its_database_connections_d
         engines: Endpoints, event_store: PostgresEventStore, subjects: Subjects,
         nats_js: Nats, caplog: pytest.LogCaptureFixture) -> None:
     _, js = nats_js
-    relay, stop = Relay(event_store, js, subjects, poll_seconds=0.02), asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
-    try:
+    async with running_relay(event_store, js, subjects) as task:
         _append_many(event_store, 1)
         await eventually(lambda: _count_is(js, subjects, 1))
         _drop_other_connections(engines.postgres_dsn)
@@ -258,9 +252,6 @@ async def test_the_running_relay_keeps_relaying_after_its_database_connections_d
 
         await eventually(lambda: _count_is(js, subjects, 2), timeout=15)
         assert not task.done()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=10)
     await _assert_stream_holds_positions_1_to(js, subjects, event_store, 2)
 
 
@@ -294,3 +285,16 @@ def _drop_other_connections(dsn: str) -> None:
         conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
                      "datname = current_database() AND pid <> pg_backend_pid() "
                      "AND backend_type = 'client backend'")
+
+
+@contextlib.asynccontextmanager
+async def running_relay(store: PostgresEventStore, js: JetStreamContext, subjects: Subjects
+                        ) -> AsyncIterator["asyncio.Task[None]"]:
+    """A relay running (polling fast) until the block ends; yields its task."""
+    relay, stop = Relay(store, js, subjects, poll_seconds=0.02), asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)
