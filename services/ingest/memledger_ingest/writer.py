@@ -25,6 +25,7 @@ import orjson
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.eventstore import (
     EventStore,
     IdempotencyKeyTaken,
@@ -129,8 +130,9 @@ class GroupCommitWriter:
     def __init__(self, store: EventStore, *, max_group_events: int = 4_000,
                  linger_seconds: float = 0.002, linger_below: int = 16,
                  cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
-                 new_id: Callable[[], UUID] = uuid7) -> None:
+                 new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None) -> None:
         self._store = store
+        self._clock = clock or SystemClock()
         self._max_group = max_group_events
         self._linger = linger_seconds
         self._linger_below = linger_below
@@ -160,7 +162,9 @@ class GroupCommitWriter:
         def done(outcome: list[CommandResult] | BaseException) -> None:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
-        contexts = tuple(Context(tenant, self._new_id(), _actor(c, actor)) for c in commands)
+        now = self._clock.now()
+        contexts = tuple(Context(tenant, self._new_id(), _actor(c, actor), now)
+                         for c in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done))
         return await future
 

@@ -6,6 +6,7 @@ naming it), the actor, and a ``lookup`` of stream states. Every refusal is a ``D
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from uuid import UUID
 
@@ -27,6 +28,8 @@ class Context:
     tenant: str
     fresh_id: UUID
     actor: str
+    now: datetime | None = None
+    """About when the command is recorded (``valid_from`` defaults to the recording time)."""
 
     @cached_property
     def fresh_key(self) -> str:
@@ -70,6 +73,7 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
     """Check the command against current state and return what happened, or raise."""
     target = target_of(cmd, ctx)
     current = lookup(target)
+    _check_open_interval(cmd, ctx)
     if cmd.expected_version is not None:
         _same_space(cmd, target, current)
         version = current.version if current else 0
@@ -82,6 +86,15 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
 # --- checks ---------------------------------------------------------------------------------
 
 _WHAT = {"item": "memory item"}
+
+
+def _check_open_interval(cmd: c.CommandBase, ctx: Context) -> None:
+    # valid_from defaults to the recording time, so a valid_to alone must lie after it.
+    valid_to = getattr(cmd, "valid_to", None)
+    if valid_to is not None and getattr(cmd, "valid_from", None) is None and (
+            ctx.now is not None and valid_to <= ctx.now):
+        raise Invalid("valid_to", "must be after valid_from, which defaults to now; give "
+                      "valid_from for an interval in the past")
 
 
 def _same_space(cmd: c.CommandBase, target: StreamRef, current: StreamState | None) -> None:

@@ -1,0 +1,1 @@
+"""The projector service: builds the PostgreSQL read models (current state, bi-temporal) from the events."""

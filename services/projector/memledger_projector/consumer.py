@@ -1,0 +1,119 @@
+"""The projector's JetStream consumer: events in stream order → read models, ack after commit.
+
+Acknowledgement policy: a batch commits in one transaction with its checkpoint, then every
+message of it is acked; a database failure naks the batch with a delay (it is redelivered,
+and the checkpoint makes the repeat harmless); an event that cannot be applied at all (poison)
+is sent to ``<prefix>.dlq.projector.<tenant>`` with the reason and terminated, and the consumer
+goes on. Order is kept by the stream sequence: a message that is not the next one is naked.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import psycopg
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from memledger_projector import store
+from memledger_projector.projection import Event, event_from
+from memledger_projector.schema import Names
+from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, Subjects
+
+log = logging.getLogger(__name__)
+
+DURABLE = "projector-postgres"
+NAK_DELAY_SECONDS = 1.0
+
+
+class Projector:
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], js: JetStreamContext,
+                 subjects: Subjects, names: Names, *, batch: int = 500) -> None:
+        self._connect = connect
+        self._js = js
+        self._subjects = subjects
+        self._names = names
+        self._batch = batch
+        self._conn: psycopg.Connection[Any] | None = None
+        self.position = 0
+        self.dead_letters = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set."""
+        sub = await self._js.pull_subscribe(
+            self._subjects.all_events, durable=DURABLE, stream=self._subjects.events_stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0,
+                                  deliver_policy=DeliverPolicy.ALL,
+                                  max_ack_pending=self._batch))
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(self._batch, timeout=0.5)
+            except TimeoutError:
+                continue
+            await self.handle(msgs)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Apply a fetched batch and settle every message of it."""
+        events, good = await self._decode(msgs)
+        if not events:
+            return
+        last_seq = good[-1].metadata.sequence.stream
+        try:
+            checkpoint = await asyncio.to_thread(self._apply, events, last_seq)
+        except psycopg.OperationalError as error:
+            log.warning("projector will retry a batch: %s", error)
+            self._conn = None
+            await asyncio.gather(*(m.nak(delay=NAK_DELAY_SECONDS) for m in good))
+            return
+        except psycopg.Error:
+            await self._one_by_one(events, good)
+            return
+        self.position = checkpoint.position
+        await asyncio.gather(*(m.ack() for m in good))
+
+    async def _decode(self, msgs: list[Msg]) -> tuple[list[Event], list[Msg]]:
+        events, good = [], []
+        for msg in msgs:
+            try:
+                events.append(event_from(orjson.loads(msg.data)))
+                good.append(msg)
+            except (ValueError, KeyError, TypeError) as error:
+                await self._dead_letter(msg, f"undecodable event: {error!r}")
+        return events, good
+
+    async def _one_by_one(self, events: list[Event], msgs: list[Msg]) -> None:
+        # A batch failed for a reason other than the connection: find the poison event(s)
+        # by applying the batch's events one at a time; the others go through.
+        for event, msg in zip(events, msgs, strict=True):
+            try:
+                checkpoint = await asyncio.to_thread(self._apply, [event],
+                                                     msg.metadata.sequence.stream)
+                self.position = checkpoint.position
+                await msg.ack()
+            except psycopg.OperationalError:
+                self._conn = None
+                await msg.nak(delay=NAK_DELAY_SECONDS)
+            except psycopg.Error as error:
+                await self._dead_letter(msg, f"position {event.position}: {error}")
+
+    def _apply(self, events: list[Event], last_seq: int) -> store.Checkpoint:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return store.apply_batch(self._conn, self._names, events, last_seq)
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        tenant = _tenant_of(msg.subject, self._subjects)
+        await self._js.publish(self._subjects.dead_letter("projector", tenant), msg.data,
+                               headers={HDR_DLQ_REASON: reason[:1024],
+                                        HDR_DLQ_SUBJECT: msg.subject})
+        self.dead_letters += 1
+        log.error("projector dead-lettered %s: %s", msg.subject, reason)
+        await msg.term()
+
+
+def _tenant_of(subject: str, subjects: Subjects) -> str:
+    head = f"{subjects.prefix}.evt."
+    return subject[len(head):].split(".", 1)[0] if subject.startswith(head) else "_invalid"

@@ -1,0 +1,122 @@
+"""The read models' tables. Each projection version lives in its own PostgreSQL schema
+(``memledger_rm_<n>``), so a rebuild can fill a new one while the live one answers; the
+``memledger_projection`` table says which one is live."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Connection, sql
+
+POINTER_TABLE = "memledger_projection"
+PROJECTION = "postgres"
+
+_TABLES = """
+CREATE EXTENSION IF NOT EXISTS btree_gist;
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.checkpoint (
+    id int PRIMARY KEY DEFAULT 1 CHECK (id = 1), position bigint NOT NULL,
+    stream_seq bigint NOT NULL DEFAULT 0, recorded_at timestamptz);
+INSERT INTO {s}.checkpoint (position) VALUES (0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS {s}.spaces (
+    tenant_id text, space_id text, name text, description text, status text NOT NULL,
+    policy jsonb, policy_version int NOT NULL, created_position bigint NOT NULL,
+    updated_position bigint NOT NULL, created_at timestamptz, updated_at timestamptz,
+    PRIMARY KEY (tenant_id, space_id));
+CREATE TABLE IF NOT EXISTS {s}.agents (
+    tenant_id text, agent_id text, name text, description text, registered_at timestamptz,
+    position bigint, PRIMARY KEY (tenant_id, agent_id));
+CREATE TABLE IF NOT EXISTS {s}.sessions (
+    tenant_id text, space_id text NOT NULL, session_id uuid, agent_id text, title text,
+    status text NOT NULL, started_at timestamptz, ended_at timestamptz,
+    updated_position bigint,
+    PRIMARY KEY (tenant_id, session_id));
+CREATE TABLE IF NOT EXISTS {s}.messages (
+    tenant_id text, space_id text NOT NULL, session_id uuid NOT NULL, message_id uuid,
+    position bigint NOT NULL, role text NOT NULL, content text NOT NULL, participant text,
+    agent_id text, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant_id, message_id));
+CREATE INDEX IF NOT EXISTS messages_by_session ON {s}.messages (tenant_id, session_id, position);
+CREATE TABLE IF NOT EXISTS {s}.items (
+    tenant_id text, space_id text NOT NULL, item_id uuid, kind text NOT NULL,
+    status text NOT NULL, superseded_by uuid, session_id uuid, agent_id text,
+    version int NOT NULL, created_position bigint NOT NULL, updated_position bigint NOT NULL,
+    created_at timestamptz, updated_at timestamptz, reaffirmed_at timestamptz,
+    retracted_position bigint, superseded_position bigint, archived_position bigint,
+    PRIMARY KEY (tenant_id, item_id));
+CREATE INDEX IF NOT EXISTS items_by_space ON {s}.items (tenant_id, space_id, status);
+CREATE TABLE IF NOT EXISTS {s}.item_versions (
+    row_id bigserial PRIMARY KEY, tenant_id text NOT NULL, item_id uuid NOT NULL,
+    valid tstzrange NOT NULL, sys_from bigint NOT NULL, sys_to bigint,
+    attrs jsonb NOT NULL, cause jsonb NOT NULL,
+    CHECK (sys_to IS NULL OR sys_to > sys_from),
+    -- no two current rows of an item overlap in valid time
+    EXCLUDE USING gist (tenant_id WITH =, item_id WITH =, valid WITH &&)
+        WHERE (sys_to IS NULL));
+CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions (tenant_id, item_id, sys_from);
+CREATE TABLE IF NOT EXISTS {s}.entities (
+    tenant_id text, space_id text, entity_id text, name text NOT NULL, type text NOT NULL,
+    aliases text[] NOT NULL, updated_position bigint,
+    PRIMARY KEY (tenant_id, space_id, entity_id));
+CREATE TABLE IF NOT EXISTS {s}.relations (
+    tenant_id text, space_id text NOT NULL, relation_id uuid, source_entity text NOT NULL,
+    relation_type text NOT NULL, target_entity text NOT NULL, confidence float8,
+    status text NOT NULL, valid_from timestamptz, valid_to timestamptz,
+    asserted_position bigint, retracted_position bigint, PRIMARY KEY (tenant_id, relation_id));
+CREATE TABLE IF NOT EXISTS {s}.changes (
+    position bigint PRIMARY KEY, tenant_id text NOT NULL, space_id text NOT NULL,
+    event_type text NOT NULL, event_id uuid NOT NULL, subject text NOT NULL, actor text,
+    reason text, recorded_at timestamptz NOT NULL, valid_from timestamptz,
+    valid_to timestamptz, payload jsonb NOT NULL);
+CREATE INDEX IF NOT EXISTS changes_by_space ON {s}.changes (tenant_id, space_id, position);
+CREATE INDEX IF NOT EXISTS changes_by_subject ON {s}.changes (tenant_id, subject, position);
+CREATE INDEX IF NOT EXISTS changes_by_time ON {s}.changes (tenant_id, recorded_at);
+"""
+
+
+@dataclass(frozen=True)
+class Names:
+    """Where the read models live: the pointer table in ``base`` (the configured schema), the
+    projection versions in schemas named after it."""
+
+    base: str = "public"
+
+    @property
+    def pointer(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.base), sql.Identifier(POINTER_TABLE))
+
+    def schema(self, version: int) -> str:
+        stem = "memledger" if self.base == "public" else self.base
+        return f"{stem}_rm_{version}"
+
+
+def create(conn: Connection[Any], names: Names, version: int) -> str:
+    """Create (if missing) the tables of projection ``version``; return the schema name."""
+    name = names.schema(version)
+    conn.execute(sql.SQL(_TABLES).format(s=sql.Identifier(name)))
+    return name
+
+
+def ensure_pointer(conn: Connection[Any], names: Names) -> int:
+    """The live projection version, creating version 1 on first use."""
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(names.base)))
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, "
+                         "version int NOT NULL)").format(names.pointer))
+    conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 1) ON CONFLICT DO NOTHING").format(
+        names.pointer), (PROJECTION,))
+    version = live_version(conn, names)
+    create(conn, names, version)
+    return version
+
+
+def live_version(conn: Connection[Any], names: Names, *, lock: str = "") -> int:
+    """The live projection version (``lock``: "FOR SHARE" or "FOR UPDATE" inside a
+    transaction, to serialise with a blue/green switch)."""
+    row = conn.execute(sql.SQL("SELECT version FROM {} WHERE name = %s " + lock).format(
+        names.pointer), (PROJECTION,)).fetchone()
+    if row is None:
+        raise LookupError("no projection yet: the projector has not started")
+    return int(row[0])
+
+
+def switch(conn: Connection[Any], names: Names, version: int) -> None:
+    conn.execute(sql.SQL("UPDATE {} SET version = %s WHERE name = %s").format(names.pointer),
+                 (version, PROJECTION))

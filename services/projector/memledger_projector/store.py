@@ -1,0 +1,199 @@
+"""Writing a batch of events to the PostgreSQL read models, with the checkpoint, atomically.
+
+A batch is folded by the pure ``Projection``, seeded with the rows the batch will change (read
+in a few queries), and the result is written back in the same transaction as the checkpoint.
+A redelivered event (position at or below the checkpoint) changes nothing.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection, sql
+from psycopg.types.json import Jsonb
+from psycopg.types.range import Range
+
+from memledger_projector import schema, temporal
+from memledger_projector.projection import Event, Projection
+from memledger_projector.temporal import Version
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    position: int
+    stream_seq: int
+    recorded_at: datetime | None
+
+
+def read_checkpoint(conn: Connection[Any], schema_name: str, *, lock: bool = False
+                    ) -> Checkpoint:
+    query = "SELECT position, stream_seq, recorded_at FROM {}.checkpoint"
+    row = conn.execute(sql.SQL(query + (" FOR UPDATE" if lock else "")).format(
+        sql.Identifier(schema_name))).fetchone()
+    assert row is not None
+    return Checkpoint(row[0], row[1], row[2])
+
+
+def apply_batch(conn: Connection[Any], names: schema.Names, events: Sequence[Event],
+                stream_seq: int | None = None) -> Checkpoint:
+    """Apply ``events`` (in position order) to the live projection in one transaction; return
+    the new checkpoint. ``stream_seq``: the JetStream sequence of the last event, if any."""
+    with conn.transaction():
+        version = schema.live_version(conn, names, lock="FOR SHARE")
+        return apply_to(conn, names.schema(version), events, stream_seq)
+
+
+def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
+             stream_seq: int | None = None) -> Checkpoint:
+    """Apply ``events`` to the projection in ``schema_name`` (inside the caller's transaction)."""
+    before = read_checkpoint(conn, schema_name, lock=True)
+    fresh = [e for e in events if e.position > before.position]
+    if not fresh:
+        return before
+    projection = _seed(conn, schema_name, fresh, before.position)
+    for event in fresh:
+        projection.apply(event)
+    _flush(conn, schema_name, projection)
+    after = Checkpoint(fresh[-1].position, stream_seq or before.stream_seq, fresh[-1].recorded_at)
+    conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = %s, "
+                         "recorded_at = %s").format(sql.Identifier(schema_name)),
+                 (after.position, after.stream_seq, after.recorded_at))
+    return after
+
+
+# --- seeding: the rows this batch will change ----------------------------------------------
+
+def _seed(conn: Connection[Any], s: str, events: Sequence[Event], position: int) -> Projection:
+    projection = Projection(position=position)
+    items = {(e.tenant_id, str(e.payload["item_id"])) for e in events if "item_id" in e.payload
+             and e.event_type.startswith("memory.") and e.event_type != "memory.asserted"}
+    spaces = {(e.tenant_id, e.space_id) for e in events if e.event_type.startswith("space.")}
+    sessions = {(e.tenant_id, str(e.payload["session_id"])) for e in events
+                if e.event_type == "session.ended"}
+    relations = {(e.tenant_id, str(e.payload["relation_id"])) for e in events
+                 if e.event_type == "relation.retracted"}
+    projection.items.update(_rows(conn, s, "items", "item_id", items))
+    projection.spaces.update(_rows(conn, s, "spaces", "space_id", spaces))
+    projection.sessions.update(_rows(conn, s, "sessions", "session_id", sessions))
+    projection.relations.update(_rows(conn, s, "relations", "relation_id", relations))
+    projection.rows.update(_current_versions(conn, s, items))
+    return projection
+
+
+def _rows(conn: Connection[Any], s: str, table: str, id_column: str,
+          keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    if not keys:
+        return {}
+    query = sql.SQL("SELECT * FROM {}.{} WHERE (tenant_id, {}::text) IN (SELECT * FROM "
+                    "unnest(%s::text[], %s::text[]))").format(
+        sql.Identifier(s), sql.Identifier(table), sql.Identifier(id_column))
+    tenants, ids = zip(*keys, strict=True)
+    with conn.cursor() as cur:
+        cur.execute(query, (list(tenants), list(ids)))
+        columns = [c.name for c in cur.description or ()]
+        found = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+    return {(r["tenant_id"], str(r[id_column])): _stringify(r, id_column) for r in found}
+
+
+def _stringify(row: dict[str, Any], *columns: str) -> dict[str, Any]:
+    uuid_columns = {"item_id", "session_id", "relation_id", "superseded_by", *columns}
+    return {k: (str(v) if k in uuid_columns and v is not None and k != "space_id" else v)
+            for k, v in row.items()}
+
+
+def _current_versions(conn: Connection[Any], s: str, keys: set[tuple[str, str]]
+                      ) -> dict[tuple[str, str], list[Version]]:
+    if not keys:
+        return {}
+    tenants, ids = zip(*keys, strict=True)
+    query = sql.SQL(
+        "SELECT row_id, tenant_id, item_id::text, lower(valid), upper(valid), sys_from, attrs, "
+        "cause FROM {}.item_versions WHERE sys_to IS NULL AND (tenant_id, item_id::text) IN "
+        "(SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY lower(valid)").format(
+        sql.Identifier(s))
+    found: dict[tuple[str, str], list[Version]] = {}
+    for row_id, tenant, item, lower, upper, sys_from, attrs, cause in conn.execute(
+            query, (list(tenants), list(ids))).fetchall():
+        found.setdefault((tenant, item), []).append(Version(
+            lower, upper, sys_from, None, temporal.attrs_of(attrs), temporal.attrs_of(cause),
+            row_id))
+    return found
+
+
+# --- flushing --------------------------------------------------------------------------------
+
+_UPSERTS = {
+    "spaces": ("spaces", ("tenant_id", "space_id")),
+    "agents": ("agents", ("tenant_id", "agent_id")),
+    "sessions": ("sessions", ("tenant_id", "session_id")),
+    "items": ("items", ("tenant_id", "item_id")),
+    "entities": ("entities", ("tenant_id", "space_id", "entity_id")),
+    "relations": ("relations", ("tenant_id", "relation_id")),
+}
+
+
+def _flush(conn: Connection[Any], s: str, projection: Projection) -> None:
+    for kind, (table, key_columns) in _UPSERTS.items():
+        rows = [getattr(projection, kind)[key] for dirty_kind, key in projection.dirty
+                if dirty_kind == kind]
+        _upsert(conn, s, table, key_columns, rows)
+    _write_versions(conn, s, projection)
+    _copy(conn, s, "messages", projection.messages)
+    _copy(conn, s, "changes", [{**c, "payload": Jsonb(c["payload"])}
+                               for c in projection.changes])
+
+
+def _upsert(conn: Connection[Any], s: str, table: str, key: tuple[str, ...],
+            rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    query = sql.SQL("INSERT INTO {}.{} ({}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}").format(
+        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        sql.SQL(", ").join(map(sql.Identifier, key)),
+        sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
+                           for c in columns if c not in key))
+    with conn.cursor() as cur:
+        cur.executemany(query, [[_adapt(r[c]) for c in columns] for r in rows])
+
+
+def _write_versions(conn: Connection[Any], s: str, projection: Projection) -> None:
+    closes: list[tuple[int, int]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for dirty_kind, key in projection.dirty:
+        if dirty_kind != "rows":
+            continue
+        for row in projection.rows[key]:
+            if row.row_id is not None and row.sys_to is not None:
+                closes.append((row.sys_to, row.row_id))
+            elif row.row_id is None:
+                inserts.append((key[0], key[1], Range(row.valid_from, row.valid_to, "[)"),
+                                row.sys_from, row.sys_to, Jsonb(dict(row.attrs)),
+                                Jsonb(dict(row.cause))))
+    with conn.cursor() as cur:
+        if closes:  # close first: the exclusion constraint holds for current rows only
+            cur.executemany(sql.SQL("UPDATE {}.item_versions SET sys_to = %s WHERE row_id = %s"
+                                    ).format(sql.Identifier(s)), closes)
+        if inserts:
+            with cur.copy(sql.SQL("COPY {}.item_versions (tenant_id, item_id, valid, sys_from, "
+                                  "sys_to, attrs, cause) FROM STDIN").format(
+                                      sql.Identifier(s))) as copy:
+                for values in inserts:
+                    copy.write_row(values)
+
+
+def _copy(conn: Connection[Any], s: str, table: str, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+            sql.Identifier(s), sql.Identifier(table),
+            sql.SQL(", ").join(map(sql.Identifier, columns)))) as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in columns])
+
+
+def _adapt(value: Any) -> Any:
+    return Jsonb(value) if isinstance(value, dict) else value

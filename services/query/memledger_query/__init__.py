@@ -1,0 +1,1 @@
+"""The query service: reads the projections (or replays the events) over HTTP."""

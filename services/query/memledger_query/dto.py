@@ -1,0 +1,128 @@
+"""What the query service answers with: frozen models, shared by the projection and replay
+paths (so the two can be compared value for value)."""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Basis(Frozen):
+    """What an answer is based on. Passing ``position`` and ``valid_at`` back (as
+    ``as_of_position`` and ``valid_at``) repeats the answer exactly."""
+
+    position: int
+    recorded_at: datetime | None
+    valid_at: datetime
+
+
+class Item(Frozen):
+    item_id: str
+    space_id: str
+    kind: str
+    status: str
+    content: str
+    triple: dict[str, Any] | None
+    confidence: float
+    importance: float
+    tags: list[str]
+    sources: list[dict[str, Any]]
+    valid_from: datetime
+    valid_to: datetime | None
+    known_since_position: int
+    session_id: str | None
+    agent_id: str | None
+
+
+class ItemAnswer(Frozen):
+    basis: Basis
+    item: Item
+
+
+class ItemList(Frozen):
+    basis: Basis
+    items: list[Item]
+
+
+class Rectangle(Frozen):
+    """One version: true over [valid_from, valid_to), known over [sys_from, sys_to)."""
+
+    valid_from: datetime
+    valid_to: datetime | None
+    sys_from: int
+    sys_to: int | None
+    attrs: dict[str, Any]
+    event_id: str
+    actor: str
+
+
+class Change(Frozen):
+    position: int
+    recorded_at: datetime
+    event_type: str
+    event_id: str
+    subject: str
+    space_id: str
+    actor: str | None
+    reason: str | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    payload: dict[str, Any]
+
+
+class History(Frozen):
+    basis: Basis
+    item_id: str
+    changes: list[Change]
+    versions: list[Rectangle]
+
+
+class ChangePage(Frozen):
+    changes: list[Change]
+    next_cursor: str
+    position: int
+    """The projection position the page was read at."""
+
+
+class Message(Frozen):
+    message_id: str
+    session_id: str
+    position: int
+    role: str
+    content: str
+    participant: str | None
+    agent_id: str | None
+    recorded_at: datetime
+
+
+class Conversation(Frozen):
+    basis: Basis
+    session_id: str
+    status: str
+    messages: list[Message]
+
+
+class Entity(Frozen):
+    entity_id: str
+    name: str
+    type: str
+    aliases: list[str]
+
+
+class Relation(Frozen):
+    relation_id: str
+    source_entity: str
+    relation_type: str
+    target_entity: str
+    confidence: float
+    status: str
+
+
+class Graph(Frozen):
+    basis: Basis
+    entities: list[Entity]
+    relations: list[Relation]

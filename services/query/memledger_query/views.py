@@ -1,0 +1,211 @@
+"""Plain read functions over the PostgreSQL read models (one live projection schema).
+
+Every function takes an open connection and the projection's schema name, and returns frozen
+DTOs. Time travel: ``valid_at`` picks the valid instant, ``position`` the system state (every
+row known at that position); an item's status is computed as of ``position`` too, so the same
+basis always gives the same answer.
+"""
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+from psycopg import Connection, sql
+
+from memledger_query.dto import (
+    Basis,
+    Change,
+    Conversation,
+    Entity,
+    Graph,
+    History,
+    Item,
+    Message,
+    Rectangle,
+    Relation,
+)
+
+_STATUS = """CASE WHEN i.archived_position <= %(p)s THEN 'archived'
+    WHEN i.superseded_position <= %(p)s THEN 'superseded'
+    WHEN i.retracted_position <= %(p)s THEN 'retracted' ELSE 'active' END"""
+
+_ITEM_SELECT = """
+SELECT i.item_id::text, i.space_id, i.kind, {status} AS status, v.attrs, lower(v.valid),
+       upper(v.valid), v.sys_from, i.session_id::text, i.agent_id
+FROM {s}.item_versions v JOIN {s}.items i ON i.tenant_id = v.tenant_id AND i.item_id = v.item_id
+WHERE v.tenant_id = %(tenant)s AND i.space_id = %(space)s AND v.valid @> %(valid_at)s
+  AND v.sys_from <= %(p)s AND (v.sys_to IS NULL OR v.sys_to > %(p)s)"""
+
+
+def checkpoint(conn: Connection[Any], s: str) -> tuple[int, datetime | None]:
+    row = conn.execute(sql.SQL("SELECT position, recorded_at FROM {}.checkpoint").format(
+        sql.Identifier(s))).fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+def basis(conn: Connection[Any], s: str, valid_at: datetime, position: int | None,
+          recorded_at: datetime | None) -> Basis:
+    """The basis of a read: an explicit position, the last position recorded at or before
+    ``recorded_at``, or (neither) everything projected so far."""
+    latest, latest_at = checkpoint(conn, s)
+    if position is None and recorded_at is None:
+        return Basis(position=latest, recorded_at=latest_at, valid_at=valid_at)
+    query = ("SELECT max(position), max(recorded_at) FROM {}.changes WHERE position <= %s"
+             if position is not None else
+             "SELECT max(position), max(recorded_at) FROM {}.changes WHERE recorded_at <= %s")
+    row = conn.execute(sql.SQL(query).format(sql.Identifier(s)),
+                       (position if position is not None else recorded_at,)).fetchone()
+    found = int(row[0]) if row and row[0] is not None else 0
+    at = row[1] if row else None
+    return Basis(position=min(found, latest) if position is None else position,
+                 recorded_at=at if position is None else (recorded_at or at), valid_at=valid_at)
+
+
+def item(conn: Connection[Any], s: str, tenant: str, space: str, item_id: str, at: Basis
+         ) -> Item | None:
+    query = sql.SQL(_ITEM_SELECT + " AND v.item_id = %(item)s::uuid").format(
+        s=sql.Identifier(s), status=sql.SQL(_STATUS))
+    row = conn.execute(query, {**_params(tenant, space, at), "item": item_id}).fetchone()
+    return _item(row) if row else None
+
+
+def items(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis, *,
+          kinds: list[str] | None = None, tags: list[str] | None = None,
+          session_id: str | None = None, agent_id: str | None = None,
+          subject: str | None = None, predicate: str | None = None,
+          include_archived: bool = False, limit: int = 100, after: str | None = None
+          ) -> list[Item]:
+    """Items true at ``at.valid_at`` as known at ``at.position``, filtered, in item id order
+    (``after``: the last item id of the previous page)."""
+    clauses, params = [], _params(tenant, space, at)
+    for clause, name, value in (
+            ("i.kind = ANY(%(kinds)s)", "kinds", kinds),
+            ("v.attrs->'tags' @> %(tags)s::jsonb", "tags", _json_list(tags)),
+            ("i.session_id = %(session)s::uuid", "session", session_id),
+            ("i.agent_id = %(agent)s", "agent", agent_id),
+            ("v.attrs->'triple'->>'subject' = %(subject)s", "subject", subject),
+            ("v.attrs->'triple'->>'predicate' = %(predicate)s", "predicate", predicate),
+            ("i.item_id > %(after)s::uuid", "after", after)):
+        if value:
+            clauses.append(clause)
+            params[name] = value
+    if not include_archived:
+        clauses.append("(i.archived_position IS NULL OR i.archived_position > %(p)s)")
+    where = "".join(f" AND {c}" for c in clauses)
+    query = sql.SQL(_ITEM_SELECT + where + " ORDER BY i.item_id LIMIT %(limit)s").format(
+        s=sql.Identifier(s), status=sql.SQL(_STATUS))
+    return [_item(r) for r in conn.execute(query, {**params, "limit": limit}).fetchall()]
+
+
+def history(conn: Connection[Any], s: str, tenant: str, space: str, item_id: str, at: Basis
+            ) -> History | None:
+    """Every change of the item up to ``at.position`` and every version (rectangle) known
+    then, on both time axes."""
+    exists = conn.execute(sql.SQL("SELECT 1 FROM {}.items WHERE tenant_id = %s AND "
+                                  "space_id = %s AND item_id = %s::uuid").format(
+        sql.Identifier(s)), (tenant, space, item_id)).fetchone()
+    if exists is None:
+        return None
+    changes = conn.execute(sql.SQL(_CHANGES + " AND subject = %s AND position <= %s "
+                                   "ORDER BY position").format(sql.Identifier(s)),
+                           (tenant, item_id, at.position)).fetchall()
+    versions = conn.execute(sql.SQL(
+        "SELECT lower(valid), upper(valid), sys_from, CASE WHEN sys_to <= %s THEN sys_to END, "
+        "attrs, cause FROM {}.item_versions WHERE tenant_id = %s AND item_id = %s::uuid AND "
+        "sys_from <= %s ORDER BY sys_from, lower(valid)").format(sql.Identifier(s)),
+        (at.position, tenant, item_id, at.position)).fetchall()
+    return History(basis=at, item_id=item_id, changes=[_change(r) for r in changes],
+                   versions=[_rectangle(r) for r in versions])
+
+
+_CHANGES = ("SELECT position, recorded_at, event_type, event_id::text, subject, space_id, "
+            "actor, reason, valid_from, valid_to, payload FROM {}.changes WHERE tenant_id = %s")
+
+
+def changes_after(conn: Connection[Any], s: str, tenant: str, space: str | None, *,
+                  after_position: int = 0, since: datetime | None = None, limit: int = 100
+                  ) -> list[Change]:
+    """Changes strictly after a position (and strictly after ``since``, if given), oldest
+    first."""
+    query, params = _CHANGES + " AND position > %s", [tenant, after_position]
+    if space is not None:
+        query, params = query + " AND space_id = %s", [*params, space]
+    if since is not None:
+        query, params = query + " AND recorded_at > %s", [*params, since]
+    rows = conn.execute(sql.SQL(query + " ORDER BY position LIMIT %s").format(
+        sql.Identifier(s)), (*params, limit)).fetchall()
+    return [_change(r) for r in rows]
+
+
+def conversation(conn: Connection[Any], s: str, tenant: str, space: str, session_id: str,
+                 at: Basis, limit: int = 200) -> Conversation | None:
+    session = conn.execute(sql.SQL(
+        "SELECT CASE WHEN ended_at IS NOT NULL AND updated_position <= %s THEN 'ended' "
+        "ELSE 'active' END FROM {}.sessions WHERE tenant_id = %s AND space_id = %s AND "
+        "session_id = %s::uuid").format(sql.Identifier(s)),
+        (at.position, tenant, space, session_id)).fetchone()
+    if session is None:
+        return None
+    rows = conn.execute(sql.SQL(
+        "SELECT message_id::text, session_id::text, position, role, content, participant, "
+        "agent_id, recorded_at FROM {}.messages WHERE tenant_id = %s AND session_id = %s::uuid "
+        "AND position <= %s ORDER BY position DESC LIMIT %s").format(sql.Identifier(s)),
+        (tenant, session_id, at.position, limit)).fetchall()
+    messages = [Message(message_id=r[0], session_id=r[1], position=r[2], role=r[3],
+                        content=r[4], participant=r[5], agent_id=r[6], recorded_at=r[7])
+                for r in reversed(rows)]
+    return Conversation(basis=at, session_id=session_id, status=session[0], messages=messages)
+
+
+def graph(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis) -> Graph:
+    """Entities and the relations live at ``at`` (current-state; as-of graph comes later)."""
+    entities = conn.execute(sql.SQL(
+        "SELECT entity_id, name, type, aliases FROM {}.entities WHERE tenant_id = %s AND "
+        "space_id = %s AND updated_position <= %s ORDER BY entity_id").format(
+        sql.Identifier(s)), (tenant, space, at.position)).fetchall()
+    relations = conn.execute(sql.SQL(
+        "SELECT relation_id::text, source_entity, relation_type, target_entity, confidence, "
+        "CASE WHEN retracted_position <= %s THEN 'retracted' ELSE 'active' END FROM "
+        "{}.relations WHERE tenant_id = %s AND space_id = %s AND asserted_position <= %s "
+        "ORDER BY relation_id").format(sql.Identifier(s)),
+        (at.position, tenant, space, at.position)).fetchall()
+    return Graph(basis=at,
+                 entities=[Entity(entity_id=r[0], name=r[1], type=r[2], aliases=list(r[3]))
+                           for r in entities],
+                 relations=[Relation(relation_id=r[0], source_entity=r[1], relation_type=r[2],
+                                     target_entity=r[3], confidence=r[4], status=r[5])
+                            for r in relations])
+
+
+def _params(tenant: str, space: str, at: Basis) -> dict[str, Any]:
+    return {"tenant": tenant, "space": space, "valid_at": at.valid_at, "p": at.position}
+
+
+def _json_list(values: list[str] | None) -> str | None:
+    return orjson.dumps(values).decode() if values else None
+
+
+def _item(row: tuple[Any, ...]) -> Item:
+    item_id, space, kind, status, attrs, lower, upper, sys_from, session, agent = row
+    return Item(item_id=item_id, space_id=space, kind=kind, status=status,
+                content=attrs["content"], triple=attrs.get("triple"),
+                confidence=attrs["confidence"], importance=attrs["importance"],
+                tags=list(attrs.get("tags") or ()), sources=list(attrs.get("sources") or ()),
+                valid_from=lower, valid_to=upper, known_since_position=sys_from,
+                session_id=session, agent_id=agent)
+
+
+def _change(row: tuple[Any, ...]) -> Change:
+    (position, recorded_at, event_type, event_id, subject, space, actor, reason, valid_from,
+     valid_to, payload) = row
+    return Change(position=position, recorded_at=recorded_at, event_type=event_type,
+                  event_id=event_id, subject=subject, space_id=space, actor=actor,
+                  reason=reason, valid_from=valid_from, valid_to=valid_to, payload=payload)
+
+
+def _rectangle(row: tuple[Any, ...]) -> Rectangle:
+    lower, upper, sys_from, sys_to, attrs, cause = row
+    return Rectangle(valid_from=lower, valid_to=upper, sys_from=sys_from, sys_to=sys_to,
+                     attrs=attrs, event_id=cause.get("event_id", ""),
+                     actor=cause.get("actor", ""))
