@@ -33,6 +33,22 @@ def _relay(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _projector(args: argparse.Namespace, settings: Settings) -> int:
+    from memledger_platform.lifecycle import run_service
+    from memledger_projector.bootstrap import run
+
+    run_service(run(settings))
+    return 0
+
+
+def _query(args: argparse.Namespace, settings: Settings) -> int:
+    from memledger_platform.lifecycle import run_service
+    from memledger_query.bootstrap import run
+
+    run_service(run(settings))
+    return 0
+
+
 def _bench(args: argparse.Namespace, settings: Settings) -> int:
     from memledger_cli.bench import run_bench
 
@@ -48,6 +64,11 @@ def parser() -> argparse.ArgumentParser:
                         ).set_defaults(handler=_ingest)
     commands.add_parser("relay", help="run the relay alone: event store -> JetStream "
                         "(distributed mode; `up` runs it for you)").set_defaults(handler=_relay)
+    commands.add_parser("projector", help="run the projector alone: events -> read models "
+                        "(distributed mode; `up` runs it for you)").set_defaults(
+                            handler=_projector)
+    commands.add_parser("query", help="run the query service alone (distributed mode)"
+                        ).set_defaults(handler=_query)
     from memledger_cli.bench import add_bench_parser
 
     add_bench_parser(commands).set_defaults(handler=_bench)

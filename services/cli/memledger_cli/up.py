@@ -14,6 +14,7 @@ from memledger_platform.settings import Settings
 def up(settings: Settings) -> None:
     """Start engines and services; block until Ctrl-C or SIGTERM; stop everything."""
     from memledger_ingest.bootstrap import serve
+    from memledger_query.bootstrap import build as build_query
 
     print(f"memledger: starting ({settings.mode} mode, data in "
           f"{settings.home.expanduser().resolve()}) ...", file=sys.stderr, flush=True)
@@ -22,26 +23,29 @@ def up(settings: Settings) -> None:
             _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url)
 
         async def services(stop: asyncio.Event) -> None:
-            # The relay gets a process (and a core) of its own; it stops after ingest, so the
-            # last commits are published before it goes.
-            relay_stop = asyncio.Event()
-            relay = asyncio.create_task(supervise("relay", _relay_argv(), _relay_env(endpoints),
-                                                  relay_stop))
+            # The relay and the projector get processes (and cores) of their own; they stop
+            # after ingest, so the last commits are published and projected before they go.
+            children_stop = asyncio.Event()
+            children = [asyncio.create_task(supervise(
+                name, _child_argv(name), _child_env(endpoints), children_stop))
+                for name in ("relay", "projector")]
+            query = await asyncio.to_thread(build_query, settings, endpoints.postgres_dsn)
             try:
-                await serve(settings, endpoints, stop, ready)
+                await serve(settings, endpoints, stop, ready, also=query.app)
             finally:
-                relay_stop.set()
-                await relay
+                children_stop.set()
+                await asyncio.gather(*children)
+                await asyncio.to_thread(query.close)
 
         run_service(run_until_signalled(services))
     print("memledger: stopped", file=sys.stderr, flush=True)
 
 
-def _relay_argv() -> list[str]:
-    return [sys.executable, "-m", "memledger_cli", "relay"]
+def _child_argv(command: str) -> list[str]:
+    return [sys.executable, "-m", "memledger_cli", command]
 
 
-def _relay_env(endpoints: Endpoints) -> dict[str, str]:
+def _child_env(endpoints: Endpoints) -> dict[str, str]:
     return {**os.environ, "MEMLEDGER_MODE": "distributed",
             "MEMLEDGER_POSTGRES_DSN": endpoints.postgres_dsn,
             "MEMLEDGER_NATS_URL": endpoints.nats_url}

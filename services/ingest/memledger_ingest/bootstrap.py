@@ -10,6 +10,8 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from starlette.routing import Mount
+from starlette.types import ASGIApp
 
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
@@ -62,13 +64,16 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
-                on_ready: Callable[[str], None] | None = None) -> None:
+                on_ready: Callable[[str], None] | None = None,
+                also: ASGIApp | None = None) -> None:
     """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
     requests, finish the writer's queue, then disconnect."""
     service = await build(settings, endpoints)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
                             setting="MEMLEDGER_HTTP_PORT")
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback)
+    if also is not None:  # embedded mode: the query API behind the same port
+        app.routes.append(Mount("/", app=also))
     service.writer.start()
     inputs_stop = asyncio.Event()
     inputs = [asyncio.create_task(http_server.serve(app, sock, inputs_stop))]

@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     writer_linger_ms: float = Field(default=2.0, ge=0, le=100)
     relay_batch: int = Field(default=2_000, ge=1, le=100_000)
     relay_poll_seconds: float = Field(default=0.5, gt=0, le=60)
+    projector_batch: int = Field(default=500, ge=1, le=10_000)
     intake_enabled: bool = True
     intake_batch: int = Field(default=256, ge=1, le=10_000)
 

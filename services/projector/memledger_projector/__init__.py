@@ -1,1 +1,2 @@
-"""The projector service: builds the PostgreSQL read models (current state, bi-temporal) from the events."""
+"""The projector service: the PostgreSQL read models (current state, bi-temporal), from the
+events."""

@@ -3,7 +3,7 @@
 ``memledger_projection`` table says which one is live."""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import Connection, sql
 
@@ -107,10 +107,13 @@ def ensure_pointer(conn: Connection[Any], names: Names) -> int:
     return version
 
 
-def live_version(conn: Connection[Any], names: Names, *, lock: str = "") -> int:
+Lock = Literal["", "FOR SHARE", "FOR UPDATE"]
+
+
+def live_version(conn: Connection[Any], names: Names, *, lock: Lock = "") -> int:
     """The live projection version (``lock``: "FOR SHARE" or "FOR UPDATE" inside a
     transaction, to serialise with a blue/green switch)."""
-    row = conn.execute(sql.SQL("SELECT version FROM {} WHERE name = %s " + lock).format(
+    row = conn.execute(sql.SQL("SELECT version FROM {} WHERE name = %s " + lock).format(  # noqa: S608
         names.pointer), (PROJECTION,)).fetchone()
     if row is None:
         raise LookupError("no projection yet: the projector has not started")

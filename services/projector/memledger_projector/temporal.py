@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 Attrs = tuple[tuple[str, Any], ...]
-"""An item's attributes as sorted (name, value) pairs: hashable, comparable, immutable."""
+"""An item's attributes as sorted (name, value) pairs: comparable, and not mutated in place
+(a triple stays a mapping, as read models return it; nothing hashes attributes)."""
 
 
 def attrs_of(values: dict[str, Any]) -> Attrs:
@@ -93,7 +94,8 @@ def end_at(current: Sequence[Version], instant: datetime, position: int, cause: 
 
 
 def apply(current: Sequence[Version], change: Change) -> list[Version]:
-    """The current rows after ``change``."""
+    """The current rows after ``change`` (closed rows are recognised by identity: pass the
+    very rows the change was computed from)."""
     gone = {id(r) for r in change.closed}
     return sorted([r for r in current if id(r) not in gone] + list(change.inserted),
                   key=lambda r: r.valid_from)

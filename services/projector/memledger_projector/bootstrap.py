@@ -1,0 +1,49 @@
+"""The composition root of the projector: events stream → PostgreSQL read models."""
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+
+from memledger_platform import bus
+from memledger_platform.settings import Settings
+from memledger_projector import schema
+from memledger_projector.consumer import Projector
+
+log = logging.getLogger(__name__)
+
+
+async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
+    """Project until ``stop`` is set."""
+    names = schema.Names(settings.postgres_schema)
+    version = await asyncio.to_thread(_prepare, dsn, names)
+    nc = await bus.connect(nats_url, "memledger-projector")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(dsn, autocommit=True)
+
+    projector = Projector(connect, js, settings.subjects, names,
+                          batch=settings.projector_batch)
+    log.info("projecting %s into %s", settings.subjects.events_stream, names.schema(version))
+    try:
+        await projector.run(stop)
+    finally:
+        await nc.close()
+
+
+async def run(settings: Settings) -> None:
+    """Distributed-mode entry: the projector alone against external PostgreSQL and NATS."""
+    from memledger_platform.lifecycle import run_until_signalled
+
+    if not settings.postgres_dsn or not settings.nats_url:
+        raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
+    dsn, url = settings.postgres_dsn, settings.nats_url
+    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop))
+
+
+def _prepare(dsn: str, names: schema.Names) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return schema.ensure_pointer(conn, names)

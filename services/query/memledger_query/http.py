@@ -1,0 +1,270 @@
+"""The query HTTP API (FastAPI, OpenAPI at ``/v1/query/openapi.json``).
+
+Every read is scoped by tenant (``X-Memledger-Tenant``) and space, answers with its basis, and
+accepts ``min_position`` (read-your-writes: wait up to ``wait_ms`` for the projection to reach
+the position a write returned). Time travel: ``valid_at`` (default now) and ``as_of_position``
+or ``recorded_at`` (default: everything projected so far); ``source=replay`` answers an item
+read by replaying the events instead (slow, authoritative).
+"""
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, TypeVar
+from uuid import UUID
+
+import orjson
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import ORJSONResponse
+from pydantic import AfterValidator
+
+from memledger_platform.eventstore import EventStore
+from memledger_query import replay, views
+from memledger_query.dto import (
+    Basis,
+    ChangePage,
+    Conversation,
+    Graph,
+    History,
+    ItemAnswer,
+    ItemList,
+)
+from memledger_query.reader import NotYetVisible, Reader
+from memledger_schemas.types import SLUG_PATTERN
+
+TENANT_HEADER = "X-Memledger-Tenant"
+T = TypeVar("T")
+
+
+class Problem(Exception):
+    def __init__(self, status: int, code: str, message: str, path: str | None = None,
+                 **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.path, self.extra = (
+            status, code, message, path, extra)
+
+    def response(self) -> ORJSONResponse:
+        fields = [{"path": self.path, "reason": self.message}] if self.path else []
+        return ORJSONResponse({"error": {"status": self.status, "code": self.code,
+                                         "message": self.message, "fields": fields,
+                                         **self.extra}}, status_code=self.status)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError("must carry a timezone offset, e.g. 2026-01-01T00:00:00Z")
+    return value
+
+
+Instant = Annotated[datetime | None, AfterValidator(_aware)]
+Tenant = Annotated[str | None, Header(alias=TENANT_HEADER, pattern=SLUG_PATTERN)]
+ValidAt = Annotated[Instant, Query(description="valid time (default: now)")]
+AsOf = Annotated[int | None, Query(ge=0, description="system time as a global position")]
+RecordedAt = Annotated[Instant, Query(description="system time as a timestamp")]
+MinPosition = Annotated[int | None, Query(ge=0, description="wait until projected")]
+WaitMs = Annotated[int, Query(ge=0, le=30_000)]
+
+
+def create_app(reader: Reader, store: EventStore, default_tenant: str | None) -> FastAPI:
+    app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
+                  docs_url=None, redoc_url=None, default_response_class=ORJSONResponse)
+    _errors(app)
+    _routes(app, reader, store, default_tenant)
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def problem(_: Request, error: Problem) -> ORJSONResponse:
+        return error.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> ORJSONResponse:
+        fields = [{"path": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
+                  for e in error.errors()]
+        message = "; ".join(f"{f['path']}: {f['reason']}" for f in fields)
+        return ORJSONResponse({"error": {"status": 422, "code": "invalid_request",
+                                         "message": message, "fields": fields}}, 422)
+
+
+def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None) -> None:
+    def tenant_of(header: str | None) -> str:
+        if header is None and default is None:
+            raise Problem(422, "invalid_request", "required", f"header.{TENANT_HEADER}")
+        return header or str(default)
+
+    async def read(min_position: int | None, wait_ms: int, fn: Callable[..., T], *args: Any
+                   ) -> T:
+        try:
+            await reader.wait_for(min_position, wait_ms)
+        except NotYetVisible as late:
+            raise Problem(503, "not_yet_visible", str(late), "query.min_position",
+                          projected_position=late.reached) from None
+        return await asyncio.to_thread(reader.run, fn, *args)
+
+    @app.get("/v1/spaces/{space_id}/items/{item_id}", response_model=ItemAnswer)
+    async def get_item(space_id: str, item_id: str, x_tenant: Tenant = None,
+                       valid_at: ValidAt = None, as_of_position: AsOf = None,
+                       recorded_at: RecordedAt = None,
+                       source: Literal["projection", "replay"] = "projection",
+                       min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> ItemAnswer:
+        tenant, item = tenant_of(x_tenant), _uuid(item_id, "path.item_id")
+        when = valid_at or datetime.now(UTC)
+        if source == "replay":
+            at, folded = await asyncio.to_thread(replay.basis, store, tenant, when,
+                                                 as_of_position, recorded_at)
+            found = replay.item(folded, tenant, space_id, item, at)
+        else:
+            at, found = await read(min_position, wait_ms, _item, tenant, space_id, item, when,
+                                   as_of_position, recorded_at)
+        if found is None:
+            raise Problem(404, "not_found", f"memory item {item!r} not found in space "
+                          f"{space_id!r} at valid time {when.isoformat()} as of position "
+                          f"{at.position}")
+        return ItemAnswer(basis=at, item=found)
+
+    @app.get("/v1/spaces/{space_id}/items", response_model=ItemList)
+    async def list_items(space_id: str, x_tenant: Tenant = None, valid_at: ValidAt = None,
+                         as_of_position: AsOf = None, recorded_at: RecordedAt = None,
+                         kind: Annotated[list[str] | None, Query()] = None,
+                         tag: Annotated[list[str] | None, Query()] = None,
+                         session_id: str | None = None, agent_id: str | None = None,
+                         subject: str | None = None, predicate: str | None = None,
+                         include_archived: bool = False,
+                         limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                         after: str | None = None, min_position: MinPosition = None,
+                         wait_ms: WaitMs = 2_000) -> ItemList:
+        tenant = tenant_of(x_tenant)
+        filters = {"kinds": kind, "tags": tag, "include_archived": include_archived,
+                   "session_id": session_id and _uuid(session_id, "query.session_id"),
+                   "agent_id": agent_id, "subject": subject, "predicate": predicate,
+                   "limit": limit, "after": after and _uuid(after, "query.after")}
+        at, found = await read(min_position, wait_ms, _items, tenant, space_id,
+                               valid_at or datetime.now(UTC), as_of_position, recorded_at,
+                               filters)
+        return ItemList(basis=at, items=found)
+
+    @app.get("/v1/spaces/{space_id}/items/{item_id}/history", response_model=History)
+    async def item_history(space_id: str, item_id: str, x_tenant: Tenant = None,
+                           as_of_position: AsOf = None, min_position: MinPosition = None,
+                           wait_ms: WaitMs = 2_000) -> History:
+        tenant, item = tenant_of(x_tenant), _uuid(item_id, "path.item_id")
+        found = await read(min_position, wait_ms, _history, tenant, space_id, item,
+                           as_of_position)
+        if found is None:
+            raise Problem(404, "not_found", f"memory item {item!r} not found in {space_id!r}")
+        return found
+
+    @app.get("/v1/spaces/{space_id}/changes", response_model=ChangePage)
+    async def space_changes(space_id: str, x_tenant: Tenant = None, since: RecordedAt = None,
+                            after: str | None = None,
+                            limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                            min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+                            ) -> ChangePage:
+        return await read(min_position, wait_ms, _changes, tenant_of(x_tenant), space_id,
+                          since, _cursor(after), limit)
+
+    @app.get("/v1/changes", response_model=ChangePage)
+    async def tenant_changes(x_tenant: Tenant = None, since: RecordedAt = None,
+                             after: str | None = None,
+                             limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                             min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+                             ) -> ChangePage:
+        return await read(min_position, wait_ms, _changes, tenant_of(x_tenant), None, since,
+                          _cursor(after), limit)
+
+    @app.get("/v1/spaces/{space_id}/sessions/{session_id}/messages",
+             response_model=Conversation)
+    async def messages(space_id: str, session_id: str, x_tenant: Tenant = None,
+                       as_of_position: AsOf = None,
+                       limit: Annotated[int, Query(ge=1, le=1_000)] = 200,
+                       min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+                       ) -> Conversation:
+        session = _uuid(session_id, "path.session_id")
+        found = await read(min_position, wait_ms, _conversation, tenant_of(x_tenant),
+                           space_id, session, as_of_position, limit)
+        if found is None:
+            raise Problem(404, "not_found", f"session {session!r} not found in {space_id!r}")
+        return found
+
+    @app.get("/v1/spaces/{space_id}/graph", response_model=Graph)
+    async def graph(space_id: str, x_tenant: Tenant = None, as_of_position: AsOf = None,
+                    min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Graph:
+        return await read(min_position, wait_ms, _graph, tenant_of(x_tenant), space_id,
+                          as_of_position)
+
+    @app.get("/v1/query/health")
+    async def health() -> dict[str, Any]:
+        return await asyncio.to_thread(reader.health, store)
+
+
+# --- the read functions, run on a pooled connection by Reader.run ---------------------------
+
+def _item(conn: Any, s: str, tenant: str, space: str, item: str, when: datetime,
+          position: int | None, recorded_at: datetime | None) -> tuple[Basis, Any]:
+    at = views.basis(conn, s, when, position, recorded_at)
+    return at, views.item(conn, s, tenant, space, item, at)
+
+
+def _items(conn: Any, s: str, tenant: str, space: str, when: datetime, position: int | None,
+           recorded_at: datetime | None, filters: dict[str, Any]) -> tuple[Basis, Any]:
+    at = views.basis(conn, s, when, position, recorded_at)
+    return at, views.items(conn, s, tenant, space, at, **filters)
+
+
+def _history(conn: Any, s: str, tenant: str, space: str, item: str, position: int | None
+             ) -> History | None:
+    at = views.basis(conn, s, datetime.now(UTC), position, None)
+    return views.history(conn, s, tenant, space, item, at)
+
+
+def _changes(conn: Any, s: str, tenant: str, space: str | None, since: datetime | None,
+             after: int, limit: int) -> ChangePage:
+    position, _ = views.checkpoint(conn, s)
+    found = views.changes_after(conn, s, tenant, space, after_position=after, since=since,
+                                limit=limit)
+    last = found[-1].position if found else max(after, position if since is None else after)
+    return ChangePage(changes=found, next_cursor=encode_cursor(last), position=position)
+
+
+def _conversation(conn: Any, s: str, tenant: str, space: str, session: str,
+                  position: int | None, limit: int) -> Conversation | None:
+    at = views.basis(conn, s, datetime.now(UTC), position, None)
+    return views.conversation(conn, s, tenant, space, session, at, limit)
+
+
+def _graph(conn: Any, s: str, tenant: str, space: str, position: int | None) -> Graph:
+    return views.graph(conn, s, tenant, space, views.basis(conn, s, datetime.now(UTC),
+                                                           position, None))
+
+
+# --- small parsers ----------------------------------------------------------------------------
+
+def encode_cursor(position: int) -> str:
+    """An opaque, resumable position in the change feed."""
+    return base64.urlsafe_b64encode(orjson.dumps({"v": 1, "p": position})).decode().rstrip("=")
+
+
+def _cursor(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        decoded = orjson.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        position = decoded["p"]
+        if decoded.get("v") != 1 or not isinstance(position, int) or position < 0:
+            raise ValueError(value)
+    except (binascii.Error, orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+        raise Problem(400, "invalid_cursor", "not a cursor this service issued",
+                      "query.after") from None
+    return position
+
+
+def _uuid(value: str, path: str) -> str:
+    try:
+        return str(UUID(value))
+    except ValueError:
+        raise Problem(422, "invalid_request", f"{value!r} is not a UUID", path) from None
+
