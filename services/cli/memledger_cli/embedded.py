@@ -2,17 +2,25 @@
 owned by this process (stopped with it, and replaced if a killed run left them behind)."""
 
 import asyncio
+import json
 import logging
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
 
 from memledger_ingest.bootstrap import Endpoints
 from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres, parent_death_preexec
 from memledger_platform.settings import Settings
 
 log = logging.getLogger(__name__)
+
+RUNTIME_FILE = "runtime.json"
+"""Where a running ``memledger up`` tells operator commands how to reach its engines."""
 
 
 @contextmanager
@@ -27,13 +35,42 @@ def engines(settings: Settings) -> Iterator[Endpoints]:
                                 port_setting="MEMLEDGER_POSTGRES_PORT")
     nats = EmbeddedNats(home, port=settings.nats_port,
                         port_setting="MEMLEDGER_NATS_PORT")
+    runtime = home / RUNTIME_FILE
     try:
         dsn = postgres.start().dsn
         url = nats.start()
+        runtime.write_text(json.dumps({"pid": os.getpid(), "postgres_dsn": dsn,
+                                       "nats_url": url}))
         yield Endpoints(dsn, url)
     finally:
+        runtime.unlink(missing_ok=True)
         nats.stop()
         postgres.stop()
+
+
+@contextmanager
+def attach(settings: Settings) -> Iterator[Endpoints]:
+    """The engines of a running ``memledger up`` (from ``$MEMLEDGER_HOME/runtime.json``), or,
+    if none runs, embedded engines started for the duration: what operator commands use."""
+    if settings.mode == "distributed":
+        yield Endpoints(settings.postgres_dsn or "", settings.nats_url or "")
+        return
+    running = _running(settings.home.expanduser().resolve() / RUNTIME_FILE)
+    if running is not None:
+        yield running
+        return
+    with engines(settings) as started:
+        yield started
+
+
+def _running(runtime: Path) -> Endpoints | None:
+    try:
+        info = json.loads(runtime.read_text())
+    except (OSError, ValueError):
+        return None
+    if not psutil.pid_exists(int(info.get("pid", 0))):
+        return None
+    return Endpoints(info["postgres_dsn"], info["nats_url"])
 
 
 async def supervise(name: str, argv: list[str], env: dict[str, str], stop: asyncio.Event

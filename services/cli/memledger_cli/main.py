@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("query", help="run the query service alone (distributed mode)"
                         ).set_defaults(handler=_query)
     from memledger_cli.bench import add_bench_parser
+    from memledger_cli.operators import add_parsers
+
+    add_parsers(commands)
 
     add_bench_parser(commands).set_defaults(handler=_bench)
     return root

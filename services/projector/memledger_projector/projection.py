@@ -120,7 +120,7 @@ def _session_started(p: Projection, e: Event) -> None:
     p.sessions[(e.tenant_id, session_id)] = {
         "tenant_id": e.tenant_id, "space_id": e.space_id, "session_id": session_id,
         "agent_id": e.agent_id, "title": e.payload.get("title"), "status": "active",
-        "started_at": e.recorded_at, "ended_at": None, "messages": 0,
+        "started_at": e.recorded_at, "ended_at": None,
         "updated_position": e.position}
     p.dirty.add(("sessions", (e.tenant_id, session_id)))
 
