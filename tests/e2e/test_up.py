@@ -28,9 +28,11 @@ def _write_fact(url: str, content: str) -> dict[str, object]:
     return body
 
 
-def test_up_runs_the_relay_as_a_child_process(memledger: Running) -> None:
-    children = psutil.Process(memledger.proc.pid).children()
-    assert any("relay" in " ".join(child.cmdline()) for child in children)
+def test_up_runs_the_relay_and_the_projector_as_child_processes(memledger: Running) -> None:
+    commands = [" ".join(child.cmdline()) for child in
+                psutil.Process(memledger.proc.pid).children()]
+    assert any(c.endswith("memledger_cli relay") for c in commands)
+    assert any(c.endswith("memledger_cli projector") for c in commands)
 
 
 def test_up_prints_where_it_listens_and_a_curl_example(memledger: Running) -> None:
@@ -133,3 +135,31 @@ def _healthy(running: Running) -> None:
 
 def _no_engines(home: Path) -> None:
     assert engine_processes(home) == []
+
+
+def test_a_write_is_readable_at_once_with_min_position_and_as_of(memledger: Running) -> None:
+    written = _write_fact(memledger.url, "Alice works at Acme")
+    item = written["ids"]["item_id"]  # type: ignore[index]
+    url = f"{memledger.url}/v1/spaces/demo/items/{item}"
+    now = httpx.get(url, params={"min_position": written["position"]}).json()
+    assert now["item"]["content"] == "Alice works at Acme"
+    before = httpx.get(url, params={"as_of_position": int(str(written["position"])) - 1})
+    assert before.status_code == 404
+    again = httpx.get(url, params={"as_of_position": now["basis"]["position"],
+                                   "valid_at": now["basis"]["valid_at"]}).json()
+    assert again == now
+
+
+def test_replay_exports_ndjson_and_rebuild_switches_versions(memledger: Running) -> None:
+    _write_fact(memledger.url, "exported")
+    env = {**os.environ, "MEMLEDGER_HOME": str(memledger.home)}
+    exported = subprocess.run([sys.executable, "-m", "memledger_cli", "replay", "--type",
+                               "memory.asserted"], env=env, capture_output=True, timeout=60,
+                              check=True)
+    lines = [orjson.loads(line) for line in exported.stdout.splitlines()]
+    assert [e["payload"]["content"] for e in lines] == ["exported"]
+    rebuilt = subprocess.run([sys.executable, "-m", "memledger_cli", "rebuild", "postgres"],
+                             env=env, capture_output=True, timeout=120, check=True)
+    assert orjson.loads(rebuilt.stdout)["version"] == 2
+    listed = httpx.get(f"{memledger.url}/v1/spaces/demo/items").json()
+    assert [i["content"] for i in listed["items"]] == ["exported"]
