@@ -141,9 +141,10 @@ def test_a_write_is_readable_at_once_with_min_position_and_as_of(memledger: Runn
     written = _write_fact(memledger.url, "Alice works at Acme")
     item = written["ids"]["item_id"]  # type: ignore[index]
     url = f"{memledger.url}/v1/spaces/demo/items/{item}"
-    now = httpx.get(url, params={"min_position": written["position"]}).json()
+    position = int(str(written["position"]))
+    now = httpx.get(url, params={"min_position": position}).json()
     assert now["item"]["content"] == "Alice works at Acme"
-    before = httpx.get(url, params={"as_of_position": int(str(written["position"])) - 1})
+    before = httpx.get(url, params={"as_of_position": position - 1})
     assert before.status_code == 404
     again = httpx.get(url, params={"as_of_position": now["basis"]["position"],
                                    "valid_at": now["basis"]["valid_at"]}).json()

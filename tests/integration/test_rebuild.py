@@ -11,9 +11,11 @@ import pytest
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.ids import uuid7
 from memledger_projector import rebuild, schema, store
 from memledger_projector.projection import event_from
 from memledger_schemas import commands as c
+from memledger_schemas.envelope import EventEnvelope
 
 
 @pytest.fixture
@@ -67,7 +69,8 @@ async def test_a_rebuilt_model_hashes_equal_to_the_live_one_and_becomes_live(
     assert schema.live_version(conn, names) == 2
     assert rebuild.model_hash(conn, names.schema(2)) == rebuild.model_hash(conn, names.schema(1))
     assert result.position == event_store.max_position()
-    assert seen and seen[-1][0] == event_store.max_position()
+    assert seen
+    assert seen[-1][0] == event_store.max_position()
 
 
 async def test_rebuilding_twice_gives_the_same_model_and_keeps_one_previous_version(
@@ -105,10 +108,7 @@ async def test_events_written_during_a_rebuild_reach_the_new_model(
     assert store.read_checkpoint(conn, names.schema(2)).position >= late[0]
 
 
-def _late_event() -> Any:
-    from memledger_schemas.envelope import EventEnvelope
-    from memledger_platform.ids import uuid7
-
+def _late_event() -> EventEnvelope:
     return EventEnvelope(event_id=uuid7(), event_type="space.created", schema_version=1,
                          stream_id=uuid7(), stream_version=1, tenant_id="t", space_id="late",
                          actor="test", payload={})
