@@ -32,6 +32,7 @@ from memledger_ingest.problems import (
     result_body,
 )
 from memledger_ingest.writer import GroupCommitWriter, Rejected
+from memledger_platform.bus import fetch_ready
 from memledger_schemas.commands import BY_NAME, CommandBase
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
@@ -66,10 +67,7 @@ class Intake:
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0,
                                   max_ack_pending=self._batch * 8))
         while not stop.is_set():
-            try:
-                msgs = await sub.fetch(self._batch, timeout=0.5)
-            except TimeoutError:
-                continue
+            msgs = await fetch_ready(sub, self._batch, wait=0.5)
             await asyncio.gather(*(self.handle(msg) for msg in msgs))
 
     async def handle(self, msg: Msg) -> None:

@@ -18,6 +18,7 @@ from memledger_schemas.subjects import Subjects
 log = logging.getLogger(__name__)
 
 MAX_PAYLOAD = 8 * 1024 * 1024
+_DRAIN_SECONDS = 0.005
 _DAY = 24 * 3600.0
 
 
@@ -126,3 +127,23 @@ class PipelinedPublisher:
             future.set_exception(PublishRefused(str(body["error"])))
         else:
             future.set_result(Ack(body["stream"], body["seq"], body.get("duplicate", False)))
+
+
+async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, wait: float
+                      ) -> list[Msg]:
+    """The next messages of a pull consumer, as soon as there is one: wait up to ``wait`` for
+    the first, then take what is already there (up to ``batch``) without lingering.
+
+    (``sub.fetch(batch)`` alone lingers until ``batch`` messages arrive or its timeout ends:
+    under light load every message would wait the whole timeout.)"""
+    try:
+        first = await sub.fetch(1, timeout=wait)
+    except TimeoutError:
+        return []
+    if batch <= 1:
+        return first
+    try:
+        rest = await sub.fetch(batch - 1, timeout=_DRAIN_SECONDS)
+    except TimeoutError:
+        rest = []
+    return first + rest

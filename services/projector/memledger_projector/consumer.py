@@ -1,10 +1,12 @@
 """The projector's JetStream consumer: events in stream order → read models, ack after commit.
 
 Acknowledgement policy: a batch commits in one transaction with its checkpoint, then every
-message of it is acked; a database failure naks the batch with a delay (it is redelivered,
-and the checkpoint makes the repeat harmless); an event that cannot be applied at all (poison)
-is sent to ``<prefix>.dlq.projector.<tenant>`` with the reason and terminated, and the consumer
-goes on. Order is kept by the stream sequence: a message that is not the next one is naked.
+message of it is acked. A lost database connection is retried in place, with backoff, keeping
+the batch in progress (never nak'd: the consumer would then deliver later events first, and the
+checkpoint would make the earlier ones look applied). An event that cannot be applied at all
+(poison: undecodable, a payload the fold cannot read, or refused by the database) is sent to
+``<prefix>.dlq.projector.<tenant>`` with the reason and terminated, and the consumer goes on.
+A redelivered event at or below the checkpoint changes nothing.
 """
 
 import asyncio
@@ -18,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from memledger_platform.bus import fetch_ready
 from memledger_projector import store
 from memledger_projector.projection import Event, event_from
 from memledger_projector.schema import Names
@@ -26,7 +29,10 @@ from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, Subjects
 log = logging.getLogger(__name__)
 
 DURABLE = "projector-postgres"
-NAK_DELAY_SECONDS = 1.0
+RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 10.0
+ACK_WAIT_SECONDS = 15.0
+"""Short, so a batch a crashed projector left unacked is redelivered soon after restart."""
 
 
 class Projector:
@@ -45,15 +51,13 @@ class Projector:
         """Consume until ``stop`` is set."""
         sub = await self._js.pull_subscribe(
             self._subjects.all_events, durable=DURABLE, stream=self._subjects.events_stream,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=60.0,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
                                   deliver_policy=DeliverPolicy.ALL,
                                   max_ack_pending=self._batch))
         while not stop.is_set():
-            try:
-                msgs = await sub.fetch(self._batch, timeout=0.5)
-            except TimeoutError:
-                continue
-            await self.handle(msgs)
+            msgs = await fetch_ready(sub, self._batch, wait=0.5)
+            if msgs:
+                await self.handle(msgs)
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Apply a fetched batch and settle every message of it."""
@@ -62,17 +66,26 @@ class Projector:
             return
         last_seq = good[-1].metadata.sequence.stream
         try:
-            checkpoint = await asyncio.to_thread(self._apply, events, last_seq)
-        except psycopg.OperationalError as error:
-            log.warning("projector will retry a batch: %s", error)
-            self._conn = None
-            await asyncio.gather(*(m.nak(delay=NAK_DELAY_SECONDS) for m in good))
-            return
-        except psycopg.Error:
+            checkpoint = await self._apply_retrying(events, last_seq, good)
+        except Exception:
             await self._one_by_one(events, good)
             return
         self.position = checkpoint.position
         await asyncio.gather(*(m.ack() for m in good))
+
+    async def _apply_retrying(self, events: list[Event], last_seq: int, msgs: list[Msg]
+                              ) -> store.Checkpoint:
+        """Apply, retrying a lost connection until it works (messages kept in progress)."""
+        delay = RETRY_SECONDS
+        while True:
+            try:
+                return await asyncio.to_thread(self._apply, events, last_seq)
+            except psycopg.OperationalError as error:
+                log.warning("projector retrying a batch in %.1fs: %s", delay, error)
+                self._conn = None
+                await asyncio.gather(*(m.in_progress() for m in msgs))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
 
     async def _decode(self, msgs: list[Msg]) -> tuple[list[Event], list[Msg]]:
         events, good = [], []
@@ -89,15 +102,12 @@ class Projector:
         # by applying the batch's events one at a time; the others go through.
         for event, msg in zip(events, msgs, strict=True):
             try:
-                checkpoint = await asyncio.to_thread(self._apply, [event],
-                                                     msg.metadata.sequence.stream)
+                checkpoint = await self._apply_retrying([event], msg.metadata.sequence.stream,
+                                                        [msg])
                 self.position = checkpoint.position
                 await msg.ack()
-            except psycopg.OperationalError:
-                self._conn = None
-                await msg.nak(delay=NAK_DELAY_SECONDS)
-            except psycopg.Error as error:
-                await self._dead_letter(msg, f"position {event.position}: {error}")
+            except Exception as error:
+                await self._dead_letter(msg, f"position {event.position}: {error!r}")
 
     def _apply(self, events: list[Event], last_seq: int) -> store.Checkpoint:
         if self._conn is None or self._conn.closed:

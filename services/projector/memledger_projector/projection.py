@@ -57,6 +57,8 @@ class Projection:
     changes: list[dict[str, Any]] = field(default_factory=list)
     dirty: set[tuple[str, Any]] = field(default_factory=set)
     position: int = 0
+    recorded_at: datetime | None = None
+    """When the event at ``position`` was recorded."""
 
     def apply(self, event: Event) -> None:
         """Fold one event (events must come in position order; older ones are ignored)."""
@@ -66,7 +68,7 @@ class Projection:
         if handler is not None:
             handler(self, event)
         self.changes.append(_change_row(event))
-        self.position = event.position
+        self.position, self.recorded_at = event.position, event.recorded_at
 
     def current(self, key: Key) -> list[Version]:
         return [r for r in self.rows.get(key, []) if r.sys_to is None]
@@ -203,10 +205,12 @@ def _touch(p: Projection, e: Event, **values: Any) -> Key:
 
 def _entity_upserted(p: Projection, e: Event) -> None:
     key = (e.tenant_id, e.space_id, e.payload["entity_id"])
+    created = p.entities[key]["created_position"] if key in p.entities else e.position
     p.entities[key] = {
         "tenant_id": e.tenant_id, "space_id": e.space_id, "entity_id": e.payload["entity_id"],
         "name": e.payload["name"], "type": e.payload["type"],
-        "aliases": list(e.payload.get("aliases", ())), "updated_position": e.position}
+        "aliases": list(e.payload.get("aliases", ())), "created_position": created,
+        "updated_position": e.position}
     p.dirty.add(("entities", key))
 
 

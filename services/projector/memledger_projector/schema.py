@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS {s}.item_versions (
 CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions (tenant_id, item_id, sys_from);
 CREATE TABLE IF NOT EXISTS {s}.entities (
     tenant_id text, space_id text, entity_id text, name text NOT NULL, type text NOT NULL,
-    aliases text[] NOT NULL, updated_position bigint,
+    aliases text[] NOT NULL, created_position bigint NOT NULL, updated_position bigint,
     PRIMARY KEY (tenant_id, space_id, entity_id));
 CREATE TABLE IF NOT EXISTS {s}.relations (
     tenant_id text, space_id text NOT NULL, relation_id uuid, source_entity text NOT NULL,
@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS {s}.changes (
 CREATE INDEX IF NOT EXISTS changes_by_space ON {s}.changes (tenant_id, space_id, position);
 CREATE INDEX IF NOT EXISTS changes_by_subject ON {s}.changes (tenant_id, subject, position);
 CREATE INDEX IF NOT EXISTS changes_by_time ON {s}.changes (tenant_id, recorded_at);
+CREATE INDEX IF NOT EXISTS changes_recorded ON {s}.changes (recorded_at, position);
 """
 
 

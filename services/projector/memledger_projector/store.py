@@ -153,8 +153,10 @@ def _upsert(conn: Connection[Any], s: str, table: str, key: tuple[str, ...],
         sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
         sql.SQL(", ").join(sql.Placeholder() * len(columns)),
         sql.SQL(", ").join(map(sql.Identifier, key)),
+        # created_* columns keep their first value: a later upsert (an entity renamed) must
+        # not move when the thing first existed.
         sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
-                           for c in columns if c not in key))
+                           for c in columns if c not in key and not c.startswith("created_")))
     with conn.cursor() as cur:
         cur.executemany(query, [[_adapt(r[c]) for c in columns] for r in rows])
 

@@ -18,8 +18,8 @@ from uuid import UUID
 import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import ORJSONResponse
-from pydantic import AfterValidator
+from fastapi.responses import Response
+from pydantic import AfterValidator, BaseModel
 
 from memledger_platform.eventstore import EventStore
 from memledger_query import replay, views
@@ -46,11 +46,11 @@ class Problem(Exception):
         self.status, self.code, self.message, self.path, self.extra = (
             status, code, message, path, extra)
 
-    def response(self) -> ORJSONResponse:
+    def response(self) -> Response:
         fields = [{"path": self.path, "reason": self.message}] if self.path else []
-        return ORJSONResponse({"error": {"status": self.status, "code": self.code,
-                                         "message": self.message, "fields": fields,
-                                         **self.extra}}, status_code=self.status)
+        return _body({"error": {"status": self.status, "code": self.code,
+                                "message": self.message, "fields": fields, **self.extra}},
+                     self.status)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -70,7 +70,7 @@ WaitMs = Annotated[int, Query(ge=0, le=30_000)]
 
 def create_app(reader: Reader, store: EventStore, default_tenant: str | None) -> FastAPI:
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
-                  docs_url=None, redoc_url=None, default_response_class=ORJSONResponse)
+                  docs_url=None, redoc_url=None)
     _errors(app)
     _routes(app, reader, store, default_tenant)
     return app
@@ -78,16 +78,16 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None) ->
 
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(Problem)
-    async def problem(_: Request, error: Problem) -> ORJSONResponse:
+    async def problem(_: Request, error: Problem) -> Response:
         return error.response()
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> ORJSONResponse:
+    async def invalid(_: Request, error: RequestValidationError) -> Response:
         fields = [{"path": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
                   for e in error.errors()]
         message = "; ".join(f"{f['path']}: {f['reason']}" for f in fields)
-        return ORJSONResponse({"error": {"status": 422, "code": "invalid_request",
-                                         "message": message, "fields": fields}}, 422)
+        return _body({"error": {"status": 422, "code": "invalid_request", "message": message,
+                                "fields": fields}}, 422)
 
 
 def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None) -> None:
@@ -110,7 +110,7 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
                        valid_at: ValidAt = None, as_of_position: AsOf = None,
                        recorded_at: RecordedAt = None,
                        source: Literal["projection", "replay"] = "projection",
-                       min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> ItemAnswer:
+                       min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Response:
         tenant, item = tenant_of(x_tenant), _uuid(item_id, "path.item_id")
         when = valid_at or datetime.now(UTC)
         if source == "replay":
@@ -118,13 +118,13 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
                                                  as_of_position, recorded_at)
             found = replay.item(folded, tenant, space_id, item, at)
         else:
-            at, found = await read(min_position, wait_ms, _item, tenant, space_id, item, when,
-                                   as_of_position, recorded_at)
+            at, found = await read(_needs(min_position, as_of_position), wait_ms, _item,
+                                   tenant, space_id, item, when, as_of_position, recorded_at)
         if found is None:
             raise Problem(404, "not_found", f"memory item {item!r} not found in space "
                           f"{space_id!r} at valid time {when.isoformat()} as of position "
                           f"{at.position}")
-        return ItemAnswer(basis=at, item=found)
+        return _json(ItemAnswer(basis=at, item=found))
 
     @app.get("/v1/spaces/{space_id}/items", response_model=ItemList)
     async def list_items(space_id: str, x_tenant: Tenant = None, valid_at: ValidAt = None,
@@ -136,45 +136,45 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
                          include_archived: bool = False,
                          limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
                          after: str | None = None, min_position: MinPosition = None,
-                         wait_ms: WaitMs = 2_000) -> ItemList:
+                         wait_ms: WaitMs = 2_000) -> Response:
         tenant = tenant_of(x_tenant)
         filters = {"kinds": kind, "tags": tag, "include_archived": include_archived,
                    "session_id": session_id and _uuid(session_id, "query.session_id"),
                    "agent_id": agent_id, "subject": subject, "predicate": predicate,
                    "limit": limit, "after": after and _uuid(after, "query.after")}
-        at, found = await read(min_position, wait_ms, _items, tenant, space_id,
-                               valid_at or datetime.now(UTC), as_of_position, recorded_at,
-                               filters)
-        return ItemList(basis=at, items=found)
+        at, found = await read(_needs(min_position, as_of_position), wait_ms, _items, tenant,
+                               space_id, valid_at or datetime.now(UTC), as_of_position,
+                               recorded_at, filters)
+        return _json(ItemList(basis=at, items=found))
 
     @app.get("/v1/spaces/{space_id}/items/{item_id}/history", response_model=History)
     async def item_history(space_id: str, item_id: str, x_tenant: Tenant = None,
                            as_of_position: AsOf = None, min_position: MinPosition = None,
-                           wait_ms: WaitMs = 2_000) -> History:
+                           wait_ms: WaitMs = 2_000) -> Response:
         tenant, item = tenant_of(x_tenant), _uuid(item_id, "path.item_id")
-        found = await read(min_position, wait_ms, _history, tenant, space_id, item,
-                           as_of_position)
+        found = await read(_needs(min_position, as_of_position), wait_ms, _history, tenant,
+                           space_id, item, as_of_position)
         if found is None:
             raise Problem(404, "not_found", f"memory item {item!r} not found in {space_id!r}")
-        return found
+        return _json(found)
 
     @app.get("/v1/spaces/{space_id}/changes", response_model=ChangePage)
     async def space_changes(space_id: str, x_tenant: Tenant = None, since: RecordedAt = None,
                             after: str | None = None,
                             limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
                             min_position: MinPosition = None, wait_ms: WaitMs = 2_000
-                            ) -> ChangePage:
-        return await read(min_position, wait_ms, _changes, tenant_of(x_tenant), space_id,
-                          since, _cursor(after), limit)
+                            ) -> Response:
+        return _json(await read(min_position, wait_ms, _changes, tenant_of(x_tenant),
+                                space_id, since, _cursor(after), limit))
 
     @app.get("/v1/changes", response_model=ChangePage)
     async def tenant_changes(x_tenant: Tenant = None, since: RecordedAt = None,
                              after: str | None = None,
                              limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
                              min_position: MinPosition = None, wait_ms: WaitMs = 2_000
-                             ) -> ChangePage:
-        return await read(min_position, wait_ms, _changes, tenant_of(x_tenant), None, since,
-                          _cursor(after), limit)
+                             ) -> Response:
+        return _json(await read(min_position, wait_ms, _changes, tenant_of(x_tenant), None,
+                                since, _cursor(after), limit))
 
     @app.get("/v1/spaces/{space_id}/sessions/{session_id}/messages",
              response_model=Conversation)
@@ -182,19 +182,19 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
                        as_of_position: AsOf = None,
                        limit: Annotated[int, Query(ge=1, le=1_000)] = 200,
                        min_position: MinPosition = None, wait_ms: WaitMs = 2_000
-                       ) -> Conversation:
+                       ) -> Response:
         session = _uuid(session_id, "path.session_id")
-        found = await read(min_position, wait_ms, _conversation, tenant_of(x_tenant),
-                           space_id, session, as_of_position, limit)
+        found = await read(_needs(min_position, as_of_position), wait_ms, _conversation,
+                           tenant_of(x_tenant), space_id, session, as_of_position, limit)
         if found is None:
             raise Problem(404, "not_found", f"session {session!r} not found in {space_id!r}")
-        return found
+        return _json(found)
 
     @app.get("/v1/spaces/{space_id}/graph", response_model=Graph)
     async def graph(space_id: str, x_tenant: Tenant = None, as_of_position: AsOf = None,
-                    min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Graph:
-        return await read(min_position, wait_ms, _graph, tenant_of(x_tenant), space_id,
-                          as_of_position)
+                    min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Response:
+        return _json(await read(_needs(min_position, as_of_position), wait_ms, _graph,
+                                tenant_of(x_tenant), space_id, as_of_position))
 
     @app.get("/v1/query/health")
     async def health() -> dict[str, Any]:
@@ -242,6 +242,23 @@ def _graph(conn: Any, s: str, tenant: str, space: str, position: int | None) -> 
 
 
 # --- small parsers ----------------------------------------------------------------------------
+
+def _needs(min_position: int | None, as_of_position: int | None) -> int | None:
+    # An as-of position the projection has not reached yet would name a basis the answer does
+    # not reflect: wait for it like for min_position (503 if it never comes).
+    wanted = [p for p in (min_position, as_of_position) if p is not None]
+    return max(wanted) if wanted else None
+
+
+def _body(content: dict[str, Any], status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _json(model: BaseModel) -> Response:
+    # Serialised by the model itself; returning a Response also spares FastAPI validating
+    # the answer a second time against the route's response_model (which documents it).
+    return Response(model.model_dump_json(), media_type="application/json")
+
 
 def encode_cursor(position: int) -> str:
     """An opaque, resumable position in the change feed."""

@@ -14,6 +14,7 @@ from memledger_projector.store import read_checkpoint
 T = TypeVar("T")
 
 _SCHEMA_TTL_SECONDS = 0.5
+_WATCH_SECONDS = 0.002
 
 
 class NotYetVisible(Exception):
@@ -29,6 +30,10 @@ class Reader:
         self._pool = pool
         self._names = names
         self._schema: tuple[float, str] | None = None
+        self._known = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         with self._pool.connection() as conn:
@@ -39,14 +44,45 @@ class Reader:
 
     async def wait_for(self, position: int | None, wait_ms: int) -> None:
         """Return once the projection has reached ``position``; ``NotYetVisible`` after
-        ``wait_ms``."""
-        if position is None:
+        ``wait_ms``. One watcher polls the checkpoint for all waiters (every 2 ms while any
+        wait), so waiting costs the database nothing per request."""
+        if position is None or position <= self._known:
             return
-        deadline = time.monotonic() + wait_ms / 1000
-        while (reached := await asyncio.to_thread(self.position)) < position:
-            if time.monotonic() >= deadline:
-                raise NotYetVisible(position, reached)
-            await asyncio.sleep(0.005)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((position, future))
+        self._start_watching()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
+        except TimeoutError:
+            raise NotYetVisible(position, self._known) from None
+
+    def _start_watching(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch(self._wake))
+        self._wake.set()
+
+    async def _watch(self, wake: asyncio.Event) -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            while self._waiters:
+                self._known = await asyncio.to_thread(self.position)
+                self._release()
+                if self._waiters:
+                    await asyncio.sleep(_WATCH_SECONDS)
+
+    def _release(self) -> None:
+        pending = []
+        for wanted, future in self._waiters:
+            if future.done():
+                continue
+            if wanted <= self._known:
+                future.set_result(None)
+            else:
+                pending.append((wanted, future))
+        self._waiters = pending
 
     def health(self, store: EventStore) -> dict[str, Any]:
         projected, committed = self.position(), store.max_position()

@@ -33,8 +33,9 @@ def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
             document = orjson.loads(recorded.document())
             if document["tenant_id"] == tenant:
                 projection.apply(event_from(document))
-            else:
-                projection.position = recorded.position
+            else:  # another tenant's: it still moves the basis
+                projection.position, projection.recorded_at = (recorded.position,
+                                                               recorded.recorded_at)
         if len(events) < _BATCH:
             return projection
         after = events[-1].position
@@ -47,8 +48,7 @@ def basis(store: EventStore, tenant: str, valid_at: datetime, position: int | No
         position = store.max_position()
     projection = fold(store, tenant, up_to=position, recorded_until=recorded_at)
     at_position = position if position is not None else projection.position
-    recorded = projection.changes[-1]["recorded_at"] if projection.changes else None
-    return Basis(position=at_position, recorded_at=recorded_at or recorded,
+    return Basis(position=at_position, recorded_at=recorded_at or projection.recorded_at,
                  valid_at=valid_at), projection
 
 

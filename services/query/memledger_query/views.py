@@ -51,9 +51,12 @@ def basis(conn: Connection[Any], s: str, valid_at: datetime, position: int | Non
     latest, latest_at = checkpoint(conn, s)
     if position is None and recorded_at is None:
         return Basis(position=latest, recorded_at=latest_at, valid_at=valid_at)
-    query = ("SELECT max(position), max(recorded_at) FROM {}.changes WHERE position <= %s"
-             if position is not None else
-             "SELECT max(position), max(recorded_at) FROM {}.changes WHERE recorded_at <= %s")
+    # One index probe: the last change at or before the position (or time); recorded_at
+    # never decreases with position, so the newest by time is the newest by position too.
+    query = ("SELECT position, recorded_at FROM {}.changes WHERE position <= %s "
+             "ORDER BY position DESC LIMIT 1" if position is not None else
+             "SELECT position, recorded_at FROM {}.changes WHERE recorded_at <= %s "
+             "ORDER BY recorded_at DESC, position DESC LIMIT 1")
     row = conn.execute(sql.SQL(query).format(sql.Identifier(s)),
                        (position if position is not None else recorded_at,)).fetchone()
     found = int(row[0]) if row and row[0] is not None else 0
@@ -162,7 +165,7 @@ def graph(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis) -> 
     """Entities and the relations live at ``at`` (current-state; as-of graph comes later)."""
     entities = conn.execute(sql.SQL(
         "SELECT entity_id, name, type, aliases FROM {}.entities WHERE tenant_id = %s AND "
-        "space_id = %s AND updated_position <= %s ORDER BY entity_id").format(
+        "space_id = %s AND created_position <= %s ORDER BY entity_id").format(
         sql.Identifier(s)), (tenant, space, at.position)).fetchall()
     relations = conn.execute(sql.SQL(
         "SELECT relation_id::text, source_entity, relation_type, target_entity, confidence, "

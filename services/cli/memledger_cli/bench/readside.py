@@ -1,0 +1,303 @@
+"""Read-side benchmarks: ``e2e`` (write → visible), ``temporal`` (as-of and changes
+latency), ``rebuild`` (events/s). Each measures the raw engine beside memledger's path."""
+
+import argparse
+import asyncio
+import os
+import random
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import nats
+import orjson
+import psycopg
+from psycopg import sql
+
+from memledger_cli.bench.common import Scenario, Steps, emit, percentile, private_server
+from memledger_cli.bench.load import load, post
+from memledger_cli.progress import Bar
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.settings import Settings
+from memledger_projector import rebuild, schema
+from memledger_projector.store import read_checkpoint
+
+SPACE = "bench"
+BASE = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2)}
+
+
+# --- e2e: write acknowledged -> visible in the bi-temporal model ---------------------------
+
+def _e2e_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", type=float, default=500.0, help="writes per second")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--sample-every", type=int, default=5,
+                        help="read back every Nth write (1: every write)")
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="seconds at the same rate before measuring")
+
+
+def _e2e(args: argparse.Namespace, settings: Settings) -> int:
+    emit(asyncio.run(_measure_e2e(args)), args.json)
+    return 0
+
+
+async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
+    with Steps(total=4) as steps, private_server() as server:
+        async with aiohttp.ClientSession(server.url) as http:
+            await post(http, "/v1/spaces", {"space_id": SPACE})
+            steps.step(f"warm-up: {args.rate:g} writes/s for {args.warmup:g}s")
+            await _steady(http, args.rate, args.warmup, args.sample_every)
+            steps.step(f"{args.rate:g} writes/s for {args.seconds:g}s, read back sampled")
+            visible, acks = await _steady(http, args.rate, args.seconds, args.sample_every)
+        steps.step("raw JetStream publish -> consume")
+        raw = await _raw_jetstream_latency(server.nats_url, int(args.rate * 2))
+    return {"scenario": "e2e", "rate_per_s": args.rate, "writes": len(acks),
+            "read_back": len(visible),
+            "visible_p50_ms": _ms(visible)["p50"], "visible_p99_ms": _ms(visible)["p99"],
+            "ack_p50_ms": _ms(acks)["p50"], "ack_p99_ms": _ms(acks)["p99"],
+            "raw_jetstream_p50_ms": _ms(raw)["p50"], "raw_jetstream_p99_ms": _ms(raw)["p99"],
+            "cpus": os.cpu_count()}
+
+
+async def _steady(http: aiohttp.ClientSession, rate: float, seconds: float, sample: int
+                  ) -> tuple[list[float], list[float]]:
+    """Open loop: a write every 1/rate s; every ``sample``-th, once acknowledged, is read back
+    with min_position, timing how long after the ack it was visible."""
+    visible: list[float] = []
+    acks: list[float] = []
+    tasks = []
+
+    async def one(i: int) -> None:
+        sent = time.perf_counter()
+        result = await post(http, f"/v1/spaces/{SPACE}/memories",
+                            {"kind": "fact", "content": f"steady fact {i}"})
+        acked = time.perf_counter()
+        acks.append((acked - sent) * 1000)
+        if i % sample:
+            return
+        item = result["ids"]["item_id"]
+        async with http.get(f"/v1/spaces/{SPACE}/items/{item}",
+                            params={"min_position": str(result["position"]),
+                                    "wait_ms": "10000"}) as response:
+            await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"read back failed: {response.status}")
+        visible.append((time.perf_counter() - acked) * 1000)
+
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    return visible, acks
+
+
+async def _raw_jetstream_latency(url: str, count: int) -> list[float]:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="BENCH_E2E", subjects=["bench.e2e"])
+    sub = await js.pull_subscribe("bench.e2e", durable="bench-e2e", stream="BENCH_E2E")
+    latencies = []
+    for _ in range(count):
+        sent = time.perf_counter()
+        await js.publish("bench.e2e", b"x" * 600)
+        msgs = await sub.fetch(1, timeout=5)
+        await msgs[0].ack()
+        latencies.append((time.perf_counter() - sent) * 1000)
+    await js.delete_stream("BENCH_E2E")
+    await nc.close()
+    return latencies
+
+
+# --- temporal: as-of and changes latency over HTTP ----------------------------------------
+
+def _temporal_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--versions", type=int, default=100_000, help="item versions loaded")
+    parser.add_argument("--queries", type=int, default=2_000)
+
+
+def _temporal(args: argparse.Namespace, settings: Settings) -> int:
+    emit(asyncio.run(_measure_temporal(args)), args.json)
+    return 0
+
+
+def _history_commands(versions: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Items with four versions each: an assertion and three corrections with valid times."""
+    items = [str(uuid.UUID(int=i + 1)) for i in range(max(1, versions // 4))]
+    commands: list[dict[str, Any]] = []
+    for n, item in enumerate(items):
+        commands.append({"command": "assert_memory", "space_id": SPACE, "item_id": item,
+                         "kind": "fact", "content": f"item {n} version 0",
+                         "valid_from": BASE.isoformat(), "tags": [f"t{n % 10}"]})
+    for version in (1, 2, 3):
+        for n, item in enumerate(items):
+            start = BASE + timedelta(days=365 * version)
+            commands.append({"command": "revise_memory", "space_id": SPACE, "item_id": item,
+                             "content": f"item {n} version {version}",
+                             "valid_from": start.isoformat(), "reason": "bench"})
+    return commands, items
+
+
+async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
+    with Steps(total=4) as steps, private_server() as server:
+        async with aiohttp.ClientSession(server.url) as http:
+            await post(http, "/v1/spaces", {"space_id": SPACE})
+            commands, items = _history_commands(args.versions)
+            steps.step(f"loading {len(commands)} versions")
+            with Bar("load", len(commands)) as bar:
+                results = await load(http, commands, progress=bar.update)
+            last = max(r["position"] for r in results)
+            await _projected(http, last)
+            steps.step(f"{args.queries} as-of reads, {args.queries} change-feed pages")
+            as_of = await _as_of_reads(http, items, last, args.queries)
+            changes = await _change_pages(http, last, args.queries)
+        steps.step("the same as-of query straight to PostgreSQL")
+        raw = _raw_as_of(server.postgres_dsn, items, last, args.queries)
+    return {"scenario": "temporal", "versions": len(commands), "items": len(items),
+            "as_of_p50_ms": _ms(as_of)["p50"], "as_of_p99_ms": _ms(as_of)["p99"],
+            "changes_p50_ms": _ms(changes)["p50"], "changes_p99_ms": _ms(changes)["p99"],
+            "raw_postgres_as_of_p50_ms": _ms(raw)["p50"],
+            "raw_postgres_as_of_p99_ms": _ms(raw)["p99"], "cpus": os.cpu_count()}
+
+
+async def _get(http: aiohttp.ClientSession, path: str, params: dict[str, str]) -> Any:
+    async with http.get(path, params=params) as response:
+        body = await response.json(loads=orjson.loads)
+        if response.status != 200:
+            raise RuntimeError(f"GET {path} -> {response.status}: {body}")
+        return body
+
+
+async def _projected(http: aiohttp.ClientSession, position: int, limit_s: float = 600) -> None:
+    """Wait until the read models have reached ``position`` (30 s per request at most)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        async with http.get(f"/v1/spaces/{SPACE}/items", params={
+                "min_position": str(position), "wait_ms": "30000", "limit": "1"}) as response:
+            await response.read()
+            if response.status == 200:
+                return
+    raise RuntimeError(f"the read models did not reach position {position}")
+
+
+def _probe(rng: random.Random, last: int) -> tuple[str, int]:
+    valid_at = BASE + timedelta(days=rng.randrange(0, 365 * 5))
+    return valid_at.isoformat(), rng.randrange(2, last + 1)
+
+
+async def _as_of_reads(http: aiohttp.ClientSession, items: list[str], last: int, count: int
+                       ) -> list[float]:
+    rng, latencies = random.Random(7), []
+    for _ in range(count):
+        valid_at, position = _probe(rng, last)
+        item = rng.choice(items)
+        started = time.perf_counter()
+        async with http.get(f"/v1/spaces/{SPACE}/items/{item}", params={
+                "valid_at": valid_at, "as_of_position": str(position)}) as response:
+            await response.read()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def _change_pages(http: aiohttp.ClientSession, last: int, count: int) -> list[float]:
+    rng, latencies = random.Random(11), []
+    for _ in range(count):
+        started = time.perf_counter()
+        page = await _get(http, f"/v1/spaces/{SPACE}/changes", {"limit": "100"})
+        after = page["next_cursor"] if rng.random() < 0.5 else None
+        if after:
+            await _get(http, f"/v1/spaces/{SPACE}/changes", {"limit": "100", "after": after})
+        latencies.append((time.perf_counter() - started) * 1000 / (2 if after else 1))
+    return latencies
+
+
+def _raw_as_of(dsn: str, items: list[str], last: int, count: int) -> list[float]:
+    rng, latencies = random.Random(7), []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        s = schema.Names().schema(schema.live_version(conn, schema.Names()))
+        query = sql.SQL(
+            "SELECT attrs, lower(valid), upper(valid) FROM {}.item_versions WHERE "
+            "tenant_id = 'default' AND item_id = %s::uuid AND valid @> %s::timestamptz "
+            "AND sys_from <= %s AND (sys_to IS NULL OR sys_to > %s)").format(sql.Identifier(s))
+        for _ in range(count):
+            valid_at, position = _probe(rng, last)
+            started = time.perf_counter()
+            conn.execute(query, (rng.choice(items), valid_at, position, position)).fetchall()
+            latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+# --- rebuild: events/s from the event store into new read models -------------------------
+
+def _rebuild_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", type=int, default=100_000)
+
+
+def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    emit(asyncio.run(_measure_rebuild(args)), args.json)
+    return 0
+
+
+async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
+    with Steps(total=3) as steps, private_server() as server:
+        async with aiohttp.ClientSession(server.url) as http:
+            await post(http, "/v1/spaces", {"space_id": SPACE})
+            commands, _ = _history_commands(args.events)
+            steps.step(f"loading {len(commands)} events")
+            with Bar("load", len(commands)) as bar:
+                await load(http, commands, progress=bar.update)
+        steps.step("rebuilding, and reading the same events raw")
+        return await asyncio.to_thread(_time_rebuild, server.postgres_dsn)
+
+
+def _time_rebuild(dsn: str) -> dict[str, Any]:
+    store = PostgresEventStore(datastore_from_dsn(dsn, pool_size=1))
+    try:
+        count = sum(1 for _ in _read_everything(store))
+        started = time.perf_counter()
+        count = sum(1 for _ in _read_everything(store))
+        raw = count / (time.perf_counter() - started)
+        with psycopg.connect(dsn, autocommit=True) as conn, Bar("rebuild", count) as bar:
+            started = time.perf_counter()
+            done = rebuild.rebuild(conn, store, schema.Names(), bar.update)
+            elapsed = time.perf_counter() - started
+            equal = _same_model(conn, done.version, done.previous)
+    finally:
+        store.close()
+    return {"scenario": "rebuild", "events": done.events,
+            "events_per_s": round(done.events / elapsed, 1),
+            "raw_postgres_read_per_s": round(raw, 1), "seconds": round(elapsed, 2),
+            "rebuilt_equals_live": equal, "cpus": os.cpu_count()}
+
+
+def _same_model(conn: psycopg.Connection[Any], new: int, old: int) -> bool | None:
+    """Whether the rebuilt model equals the one it replaced (``None``: the old one had not
+    projected everything yet, so there is nothing to compare)."""
+    names = schema.Names()
+    new_cp = read_checkpoint(conn, names.schema(new)).position
+    if read_checkpoint(conn, names.schema(old)).position != new_cp:
+        return None
+    return rebuild.model_hash(conn, names.schema(new)) == rebuild.model_hash(
+        conn, names.schema(old))
+
+
+def _read_everything(store: PostgresEventStore) -> Any:
+    after = 0
+    while batch := store.read_all(after, 5_000):
+        yield from batch
+        after = batch[-1].position
+
+
+E2E = Scenario("e2e", "write acknowledged -> visible through min_position, at a steady rate",
+               _e2e_arguments, _e2e)
+TEMPORAL = Scenario("temporal", "as-of and change-feed latency over HTTP on loaded history",
+                    _temporal_arguments, _temporal)
+REBUILD = Scenario("rebuild", "full blue/green rebuild of the PostgreSQL read models",
+                   _rebuild_arguments, _rebuild)
