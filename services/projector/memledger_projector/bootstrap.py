@@ -10,6 +10,7 @@ from memledger_platform import bus
 from memledger_platform.settings import Settings
 from memledger_projector import schema
 from memledger_projector.consumer import Projector
+from memledger_projector.store import tune
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(dsn, autocommit=True)
+        return tune(psycopg.connect(dsn, autocommit=True))
 
     projector = Projector(connect, js, settings.subjects, names,
                           batch=settings.projector_batch)

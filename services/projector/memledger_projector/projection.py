@@ -7,7 +7,7 @@ answers the same questions: the slow, authoritative oracle.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -75,7 +75,8 @@ class Projection:
 
     def change_rows(self, key: Key, change: temporal.Change, position: int) -> None:
         closed = {id(r) for r in change.closed}
-        kept = [replace(r, sys_to=position) if id(r) in closed else r
+        kept = [Version(r.valid_from, r.valid_to, r.sys_from, position, r.attrs, r.cause,
+                        r.row_id) if id(r) in closed else r
                 for r in self.rows.get(key, [])]
         self.rows[key] = kept + list(change.inserted)
         self.dirty.add(("rows", key))

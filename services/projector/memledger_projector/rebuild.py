@@ -42,6 +42,7 @@ class Rebuilt:
 def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
             progress: Progress | None = None) -> Rebuilt:
     """Rebuild into a new version and switch to it; return what was done."""
+    store.tune(conn)
     live = schema.ensure_pointer(conn, names)
     version = live + 1
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(

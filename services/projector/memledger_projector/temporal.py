@@ -19,7 +19,7 @@ Attrs = tuple[tuple[str, Any], ...]
 
 
 def attrs_of(values: dict[str, Any]) -> Attrs:
-    return tuple(sorted((k, _frozen(v)) for k, v in values.items()))
+    return tuple(sorted([(k, tuple(v) if type(v) is list else v) for k, v in values.items()]))
 
 
 def _frozen(value: Any) -> Any:
