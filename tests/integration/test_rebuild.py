@@ -112,3 +112,19 @@ def _late_event() -> EventEnvelope:
     return EventEnvelope(event_id=uuid7(), event_type="space.created", schema_version=1,
                          stream_id=uuid7(), stream_version=1, tenant_id="t", space_id="late",
                          actor="test", payload={})
+
+
+async def test_a_rebuild_that_meets_an_unappliable_event_stops_and_says_where(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore, pg_schema: str) -> None:
+    names = schema.Names(pg_schema)
+    schema.ensure_pointer(conn, names)
+    await _history(event_store)
+    _project_live(conn, event_store, names)
+    bad = event_store.append([EventEnvelope(
+        event_id=uuid7(), event_type="memory.asserted", schema_version=1, stream_id=uuid7(),
+        stream_version=1, tenant_id="t", space_id="s", actor="test", payload={})])
+
+    with pytest.raises(rebuild.RebuildStopped, match=f"{bad[0].position}"):
+        rebuild.rebuild(conn, event_store, names)
+
+    assert schema.live_version(conn, names) == 1

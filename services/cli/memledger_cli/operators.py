@@ -57,8 +57,12 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
             psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
         target = store.max_position()
         with Bar("rebuild postgres", target) as bar:
-            done = blue_green.rebuild(conn, store, schema.Names(settings.postgres_schema),
-                                      bar.update)
+            try:
+                done = blue_green.rebuild(conn, store, schema.Names(settings.postgres_schema),
+                                          bar.update)
+            except blue_green.RebuildStopped as stopped:
+                print(f"memledger: {stopped}", file=sys.stderr)
+                return 1
     print(json.dumps({"projection": args.projection, "version": done.version,
                       "previous_version": done.previous, "position": done.position,
                       "events": done.events}))

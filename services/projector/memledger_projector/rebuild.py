@@ -31,6 +31,15 @@ _HASHED = {
 }
 
 
+class RebuildStopped(Exception):
+    """An event could not be applied; the live projection is untouched."""
+
+    def __init__(self, first: int, last: int, error: Exception) -> None:
+        super().__init__(f"rebuild stopped in the batch of positions {first}..{last}: "
+                         f"{error!r}; the live projection is unchanged (find the event with "
+                         f"`memledger replay --from-position {first} --to-position {last}`)")
+
+
 @dataclass(frozen=True)
 class Rebuilt:
     version: int
@@ -69,9 +78,12 @@ def _fill(conn: Connection[Any], event_store: EventStore, target: str, until: in
             batch = [e for e in batch if e.position <= until]
         if not batch:
             return count
-        with conn.transaction():
-            store.apply_to(conn, target, [event_from(orjson.loads(e.document()))
-                                          for e in batch])
+        try:
+            with conn.transaction():
+                store.apply_to(conn, target, [event_from(orjson.loads(e.document()))
+                                              for e in batch])
+        except Exception as error:
+            raise RebuildStopped(batch[0].position, batch[-1].position, error) from error
         count += len(batch)
         if progress is not None:
             progress(batch[-1].position, max(end, batch[-1].position))
