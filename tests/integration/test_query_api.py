@@ -532,3 +532,11 @@ async def test_health_reports_projected_and_committed_positions_and_the_lag(
                       "committed_position": positions[-1],
                       "projection_lag": positions[-1] - positions[0]}
     assert (caught_up["projected_position"], caught_up["projection_lag"]) == (positions[-1], 0)
+
+
+async def test_every_read_reports_the_projection_position_and_lag(
+        api: httpx.AsyncClient, writer: GroupCommitWriter, side: ReadSide,
+        revised: tuple[int, int]) -> None:
+    response = await api.get(ITEM_PATH)
+    assert int(response.headers["Memledger-Projected-Position"]) == side.position()
+    assert int(response.headers["Memledger-Projection-Lag"]) >= 0

@@ -72,6 +72,15 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None) ->
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
                   docs_url=None, redoc_url=None)
     _errors(app)
+
+    @app.middleware("http")
+    async def report_lag(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        projected, lag = reader.lag()
+        response.headers["Memledger-Projected-Position"] = str(projected)
+        response.headers["Memledger-Projection-Lag"] = str(lag)
+        return response
+
     _routes(app, reader, store, default_tenant)
     return app
 

@@ -5,9 +5,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_platform.eventstore import EventStore
+from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_projector import schema
 from memledger_projector.store import read_checkpoint
 
@@ -15,6 +17,7 @@ T = TypeVar("T")
 
 _SCHEMA_TTL_SECONDS = 0.5
 _WATCH_SECONDS = 0.002
+_LAG_SECONDS = 0.1
 
 
 class NotYetVisible(Exception):
@@ -34,10 +37,28 @@ class Reader:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._lag: tuple[float, int, int] = (0.0, 0, 0)
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         with self._pool.connection() as conn:
-            return fn(conn, self._live(conn), *args)
+            s = self._live(conn)
+            self._refresh_lag(conn, s)
+            return fn(conn, s, *args)
+
+    def lag(self) -> tuple[int, int]:
+        """(projected position, positions committed but not yet projected), as of the last
+        read (at most ``_LAG_SECONDS`` old)."""
+        return self._lag[1], self._lag[2]
+
+    def _refresh_lag(self, conn: Any, s: str) -> None:
+        now = time.monotonic()
+        if now - self._lag[0] < _LAG_SECONDS:
+            return
+        projected = read_checkpoint(conn, s).position
+        row = conn.execute(sql.SQL("SELECT max(notification_id) FROM {}.{}").format(
+            sql.Identifier(self._names.base), sql.Identifier(EVENTS_TABLE))).fetchone()
+        committed = int(row[0] or 0) if row else 0
+        self._lag = (now, projected, max(0, committed - projected))
 
     def position(self) -> int:
         return self.run(lambda conn, s: read_checkpoint(conn, s).position)
