@@ -7,14 +7,13 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, LiteralString
 from uuid import UUID, uuid4
 
 import orjson
 import psycopg
-import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -40,7 +39,7 @@ from memledger_schemas.subjects import (
     Subjects,
 )
 from tests.integration.events_support import envelope, read_everything
-from tests.integration.ingest_support import message, open_session, running
+from tests.integration.ingest_support import message, open_session
 from tests.integration.nats_support import stream_messages
 from tests.integration.read_support import (
     SPACE,
@@ -48,7 +47,6 @@ from tests.integration.read_support import (
     ReadSide,
     changes_positions,
     events_of,
-    read_side,
     snapshot,
     write,
 )
@@ -59,17 +57,6 @@ Y2020, Y2022 = datetime(2020, 1, 1, tzinfo=UTC), datetime(2022, 1, 1, tzinfo=UTC
 TENANTS, SPACES = (TENANT, "globex"), (SPACE, "other")
 
 
-@pytest.fixture
-def side(engines: Endpoints, pg_schema: str, event_store: PostgresEventStore
-         ) -> Iterator[ReadSide]:
-    with read_side(engines.postgres_dsn, event_store, pg_schema) as found:
-        yield found
-
-
-@pytest.fixture
-async def writer(event_store: PostgresEventStore) -> AsyncIterator[GroupCommitWriter]:
-    async with running(GroupCommitWriter(event_store)) as started:
-        yield started
 
 
 class Connections:

@@ -4,7 +4,7 @@ read-your-writes, errors, conversations, the graph and health."""
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -15,19 +15,16 @@ import pytest
 
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_query.http import TENANT_HEADER
 from memledger_schemas import commands as c
 from memledger_schemas.events import Triple
 from tests.integration.events_support import read_everything
-from tests.integration.ingest_support import running
 from tests.integration.read_support import (
     SPACE,
     TENANT,
     CountingReader,
     ReadSide,
     query_api,
-    read_side,
     write,
 )
 from tests.support import eventually
@@ -39,17 +36,6 @@ ITEM_PATH = f"/v1/spaces/{SPACE}/items/{ITEM}"
 BASIS = {"position", "recorded_at", "valid_at"}
 
 
-@pytest.fixture
-def side(engines: Endpoints, pg_schema: str, event_store: PostgresEventStore
-         ) -> Iterator[ReadSide]:
-    with read_side(engines.postgres_dsn, event_store, pg_schema) as found:
-        yield found
-
-
-@pytest.fixture
-async def writer(event_store: PostgresEventStore) -> AsyncIterator[GroupCommitWriter]:
-    async with running(GroupCommitWriter(event_store)) as started:
-        yield started
 
 
 @pytest.fixture

@@ -49,6 +49,17 @@ async def _history(event_store: PostgresEventStore) -> None:
         writer.stop()
 
 
+@pytest.fixture
+async def live(conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+               pg_schema: str) -> schema.Names:
+    """A history written and projected into the live version (1)."""
+    names = schema.Names(pg_schema)
+    schema.ensure_pointer(conn, names)
+    await _history(event_store)
+    _project_live(conn, event_store, names)
+    return names
+
+
 def _project_live(conn: psycopg.Connection[Any], event_store: PostgresEventStore,
                   names: schema.Names) -> None:
     events = event_store.read_all(0, 100_000)
@@ -56,11 +67,9 @@ def _project_live(conn: psycopg.Connection[Any], event_store: PostgresEventStore
 
 
 async def test_a_rebuilt_model_hashes_equal_to_the_live_one_and_becomes_live(
-        conn: psycopg.Connection[Any], event_store: PostgresEventStore, pg_schema: str) -> None:
-    names = schema.Names(pg_schema)
-    schema.ensure_pointer(conn, names)
-    await _history(event_store)
-    _project_live(conn, event_store, names)
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
     seen: list[tuple[int, int]] = []
 
     result = rebuild.rebuild(conn, event_store, names, lambda at, of: seen.append((at, of)))
@@ -74,11 +83,9 @@ async def test_a_rebuilt_model_hashes_equal_to_the_live_one_and_becomes_live(
 
 
 async def test_rebuilding_twice_gives_the_same_model_and_keeps_one_previous_version(
-        conn: psycopg.Connection[Any], event_store: PostgresEventStore, pg_schema: str) -> None:
-    names = schema.Names(pg_schema)
-    schema.ensure_pointer(conn, names)
-    await _history(event_store)
-    _project_live(conn, event_store, names)
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
     rebuild.rebuild(conn, event_store, names)
     second = rebuild.rebuild(conn, event_store, names)
 
@@ -86,16 +93,14 @@ async def test_rebuilding_twice_gives_the_same_model_and_keeps_one_previous_vers
     assert rebuild.model_hash(conn, names.schema(3)) == rebuild.model_hash(conn, names.schema(2))
     present = {row[0] for row in conn.execute(
         "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE %s",
-        (f"{pg_schema}_rm_%",))}
+        (f"{names.base}_rm_%",))}
     assert present == {names.schema(2), names.schema(3)}
 
 
 async def test_events_written_during_a_rebuild_reach_the_new_model(
-        conn: psycopg.Connection[Any], event_store: PostgresEventStore, pg_schema: str) -> None:
-    names = schema.Names(pg_schema)
-    schema.ensure_pointer(conn, names)
-    await _history(event_store)
-    _project_live(conn, event_store, names)
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
     late: list[int] = []
 
     def write_while_rebuilding(at: int, of: int) -> None:
@@ -115,11 +120,9 @@ def _late_event() -> EventEnvelope:
 
 
 async def test_a_rebuild_that_meets_an_unappliable_event_stops_and_says_where(
-        conn: psycopg.Connection[Any], event_store: PostgresEventStore, pg_schema: str) -> None:
-    names = schema.Names(pg_schema)
-    schema.ensure_pointer(conn, names)
-    await _history(event_store)
-    _project_live(conn, event_store, names)
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
     bad = event_store.append([EventEnvelope(
         event_id=uuid7(), event_type="memory.asserted", schema_version=1, stream_id=uuid7(),
         stream_version=1, tenant_id="t", space_id="s", actor="test", payload={})])

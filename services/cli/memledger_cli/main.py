@@ -1,6 +1,7 @@
 """``memledger <command>``: the console entry point."""
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -17,35 +18,22 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from memledger_ingest.bootstrap import run
+SERVICES = {
+    "ingest": ("memledger_ingest.bootstrap", "run the ingest service alone (distributed mode)"),
+    "relay": ("memledger_ingest.relay_service", "run the relay alone: event store -> JetStream "
+              "(distributed mode; `up` runs it for you)"),
+    "projector": ("memledger_projector.bootstrap", "run the projector alone: events -> read "
+                  "models (distributed mode; `up` runs it for you)"),
+    "query": ("memledger_query.bootstrap", "run the query service alone (distributed mode)"),
+}
+"""Services a distributed deployment runs one process each of: module with ``run(settings)``."""
+
+
+def _service(args: argparse.Namespace, settings: Settings) -> int:
     from memledger_platform.lifecycle import run_service
 
-    run_service(run(settings))
-    return 0
-
-
-def _relay(args: argparse.Namespace, settings: Settings) -> int:
-    from memledger_ingest.relay_service import run
-    from memledger_platform.lifecycle import run_service
-
-    run_service(run(settings))
-    return 0
-
-
-def _projector(args: argparse.Namespace, settings: Settings) -> int:
-    from memledger_platform.lifecycle import run_service
-    from memledger_projector.bootstrap import run
-
-    run_service(run(settings))
-    return 0
-
-
-def _query(args: argparse.Namespace, settings: Settings) -> int:
-    from memledger_platform.lifecycle import run_service
-    from memledger_query.bootstrap import run
-
-    run_service(run(settings))
+    module = importlib.import_module(SERVICES[args.command][0])
+    run_service(module.run(settings))
     return 0
 
 
@@ -60,15 +48,8 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("up", help="run memledger (embedded engines by default)").set_defaults(
         handler=_up)
-    commands.add_parser("ingest", help="run the ingest service alone (distributed mode)"
-                        ).set_defaults(handler=_ingest)
-    commands.add_parser("relay", help="run the relay alone: event store -> JetStream "
-                        "(distributed mode; `up` runs it for you)").set_defaults(handler=_relay)
-    commands.add_parser("projector", help="run the projector alone: events -> read models "
-                        "(distributed mode; `up` runs it for you)").set_defaults(
-                            handler=_projector)
-    commands.add_parser("query", help="run the query service alone (distributed mode)"
-                        ).set_defaults(handler=_query)
+    for name, (_, text) in SERVICES.items():
+        commands.add_parser(name, help=text).set_defaults(handler=_service)
     from memledger_cli.bench import add_bench_parser
     from memledger_cli.operators import add_parsers
 
