@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from memledger_projector import temporal
 from memledger_projector.temporal import Version
 
@@ -270,6 +272,19 @@ def event_from(document: dict[str, Any]) -> Event:
     return Event(
         position=document["global_position"], recorded_at=_instant(document["recorded_at"])
         or datetime.min, event_type=document["event_type"],
+        event_id=str(document["event_id"]), tenant_id=document["tenant_id"],
+        space_id=document["space_id"], actor=document["actor"],
+        session_id=_str_or_none(document.get("session_id")),
+        agent_id=document.get("agent_id"), valid_from=_instant(document.get("valid_from")),
+        valid_to=_instant(document.get("valid_to")), payload=document["payload"])
+
+
+def event_of(position: int, recorded_at: datetime, data: bytes) -> Event:
+    """An ``Event`` from a stored event: its envelope JSON (without the commit fields) and the
+    commit fields as the store holds them (no re-encoding, no date parsing of recorded_at)."""
+    document = orjson.loads(data)
+    return Event(
+        position=position, recorded_at=recorded_at, event_type=document["event_type"],
         event_id=str(document["event_id"]), tenant_id=document["tenant_id"],
         space_id=document["space_id"], actor=document["actor"],
         session_id=_str_or_none(document.get("session_id")),

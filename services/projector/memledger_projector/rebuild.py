@@ -12,17 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from psycopg import Connection, sql
 
 from memledger_platform.eventstore import EventStore
 from memledger_projector import schema, store
-from memledger_projector.projection import event_from
+from memledger_projector.projection import Projection, event_of
 
 Progress = Callable[[int, int], None]
 """Called with (position reached, target position)."""
 
 _BATCH = 5_000
+BULK_EVENTS = 500_000
+"""How many events a rebuild folds in memory before writing (bounds its memory)."""
 _HASHED = {
     "spaces": "tenant_id, space_id", "agents": "tenant_id, agent_id",
     "sessions": "tenant_id, session_id", "messages": "tenant_id, message_id",
@@ -56,14 +57,45 @@ def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
     version = live + 1
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
         sql.Identifier(names.schema(version))))  # a leftover of an interrupted rebuild
-    target = schema.create(conn, names, version)
-    events = _fill(conn, event_store, target, event_store.max_position(), progress)
+    until = event_store.max_position()
+    target = schema.create(conn, names, version, indexes=False)
+    events = _bulk(conn, event_store, target, until, progress)
+    schema.add_indexes(conn, target)
+    events += _fill(conn, event_store, target, until, progress)
     with conn.transaction():
         schema.live_version(conn, names, lock="FOR UPDATE")
         events += _fill(conn, event_store, target, None, progress)
         schema.switch(conn, names, version)
     _drop_older(conn, names, live)
     return Rebuilt(version, live, store.read_checkpoint(conn, target).position, events)
+
+
+def _bulk(conn: Connection[Any], event_store: EventStore, target: str, until: int,
+          progress: Progress | None, limit: int = BULK_EVENTS) -> int:
+    """Fold up to ``limit`` events in memory and write them in one go into the empty
+    ``target`` (no per-batch reads or updates; indexes come after). Returns how many."""
+    projection, after = Projection(), 0
+    while projection.position < until and len(projection.changes) < limit:
+        batch = [e for e in event_store.read_all(after, _BATCH) if e.position <= until]
+        if not batch:
+            break
+        try:
+            for recorded in batch:
+                projection.apply(event_of(recorded.position, recorded.recorded_at,
+                                          recorded.data))
+        except Exception as error:
+            raise RebuildStopped(batch[0].position, batch[-1].position, error) from error
+        after = batch[-1].position
+        if progress is not None:
+            progress(after, until)
+    if not projection.changes:
+        return 0
+    try:
+        with conn.transaction():
+            store.write_fold(conn, target, projection)
+    except Exception as error:
+        raise RebuildStopped(1, projection.position, error) from error
+    return len(projection.changes)
 
 
 def _fill(conn: Connection[Any], event_store: EventStore, target: str, until: int | None,
@@ -80,7 +112,7 @@ def _fill(conn: Connection[Any], event_store: EventStore, target: str, until: in
             return count
         try:
             with conn.transaction():
-                store.apply_to(conn, target, [event_from(orjson.loads(e.document()))
+                store.apply_to(conn, target, [event_of(e.position, e.recorded_at, e.data)
                                               for e in batch])
         except Exception as error:
             raise RebuildStopped(batch[0].position, batch[-1].position, error) from error

@@ -34,7 +34,6 @@ CREATE TABLE IF NOT EXISTS {s}.messages (
     tenant_id text, space_id text NOT NULL, session_id uuid NOT NULL, message_id uuid,
     position bigint NOT NULL, role text NOT NULL, content text NOT NULL, participant text,
     agent_id text, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant_id, message_id));
-CREATE INDEX IF NOT EXISTS messages_by_session ON {s}.messages (tenant_id, session_id, position);
 CREATE TABLE IF NOT EXISTS {s}.items (
     tenant_id text, space_id text NOT NULL, item_id uuid, kind text NOT NULL,
     status text NOT NULL, superseded_by uuid, session_id uuid, agent_id text,
@@ -42,16 +41,11 @@ CREATE TABLE IF NOT EXISTS {s}.items (
     created_at timestamptz, updated_at timestamptz, reaffirmed_at timestamptz,
     retracted_position bigint, superseded_position bigint, archived_position bigint,
     PRIMARY KEY (tenant_id, item_id));
-CREATE INDEX IF NOT EXISTS items_by_space ON {s}.items (tenant_id, space_id, status);
 CREATE TABLE IF NOT EXISTS {s}.item_versions (
     row_id bigserial PRIMARY KEY, tenant_id text NOT NULL, item_id uuid NOT NULL,
     valid tstzrange NOT NULL, sys_from bigint NOT NULL, sys_to bigint,
     attrs jsonb NOT NULL, cause jsonb NOT NULL,
-    CHECK (sys_to IS NULL OR sys_to > sys_from),
-    -- no two current rows of an item overlap in valid time
-    EXCLUDE USING gist (tenant_id WITH =, item_id WITH =, valid WITH &&)
-        WHERE (sys_to IS NULL));
-CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions (tenant_id, item_id, sys_from);
+    CHECK (sys_to IS NULL OR sys_to > sys_from));
 CREATE TABLE IF NOT EXISTS {s}.entities (
     tenant_id text, space_id text, entity_id text, name text NOT NULL, type text NOT NULL,
     aliases text[] NOT NULL, created_position bigint NOT NULL, updated_position bigint,
@@ -66,10 +60,28 @@ CREATE TABLE IF NOT EXISTS {s}.changes (
     event_type text NOT NULL, event_id uuid NOT NULL, subject text NOT NULL, actor text,
     reason text, recorded_at timestamptz NOT NULL, valid_from timestamptz,
     valid_to timestamptz, payload jsonb NOT NULL);
+"""
+
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS messages_by_session ON {s}.messages (tenant_id, session_id, position);
+CREATE INDEX IF NOT EXISTS items_by_space ON {s}.items (tenant_id, space_id, status);
+CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions (tenant_id, item_id, sys_from);
 CREATE INDEX IF NOT EXISTS changes_by_space ON {s}.changes (tenant_id, space_id, position);
 CREATE INDEX IF NOT EXISTS changes_by_subject ON {s}.changes (tenant_id, subject, position);
 CREATE INDEX IF NOT EXISTS changes_by_time ON {s}.changes (tenant_id, recorded_at);
 CREATE INDEX IF NOT EXISTS changes_recorded ON {s}.changes (recorded_at, position);
+"""
+
+_NO_OVERLAP = """
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'current_rows_never_overlap'
+                   AND connamespace = {name}::regnamespace) THEN
+        -- no two current rows of an item overlap in valid time
+        ALTER TABLE {s}.item_versions ADD CONSTRAINT current_rows_never_overlap
+            EXCLUDE USING gist (tenant_id WITH =, item_id WITH =, valid WITH &&)
+            WHERE (sys_to IS NULL);
+    END IF;
+END $$;
 """
 
 
@@ -89,11 +101,21 @@ class Names:
         return f"{stem}_rm_{version}"
 
 
-def create(conn: Connection[Any], names: Names, version: int) -> str:
-    """Create (if missing) the tables of projection ``version``; return the schema name."""
+def create(conn: Connection[Any], names: Names, version: int, *, indexes: bool = True) -> str:
+    """Create (if missing) the tables of projection ``version``; return the schema name.
+    ``indexes=False`` leaves out the secondary indexes and the exclusion constraint, for a
+    bulk load (``add_indexes`` afterwards builds each in one pass)."""
     name = names.schema(version)
     conn.execute(sql.SQL(_TABLES).format(s=sql.Identifier(name)))
+    if indexes:
+        add_indexes(conn, name)
     return name
+
+
+def add_indexes(conn: Connection[Any], name: str) -> None:
+    """The secondary indexes and the no-overlap constraint (which also checks the rows)."""
+    conn.execute(sql.SQL(_INDEXES).format(s=sql.Identifier(name)))
+    conn.execute(sql.SQL(_NO_OVERLAP).format(s=sql.Identifier(name), name=sql.Literal(name)))
 
 
 def ensure_pointer(conn: Connection[Any], names: Names) -> int:

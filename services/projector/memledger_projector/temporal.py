@@ -138,4 +138,6 @@ def _min_end(a: datetime | None, b: datetime | None) -> datetime | None:
 def _merge(attrs: Attrs, changes: dict[str, Any]) -> Attrs:
     merged = dict(attrs)
     merged.update({k: _frozen(v) for k, v in changes.items()})
+    if len(merged) == len(attrs):  # the usual case: no new name, the order still holds
+        return tuple(merged.items())
     return tuple(sorted(merged.items()))

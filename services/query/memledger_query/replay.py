@@ -8,11 +8,9 @@ test oracle for the read models. ``source=replay`` on a read uses it.
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from memledger_platform.eventstore import EventStore
 from memledger_projector import temporal
-from memledger_projector.projection import Projection, event_from
+from memledger_projector.projection import Projection, event_of
 from memledger_projector.temporal import Version
 from memledger_query.dto import Basis, Item
 
@@ -30,9 +28,9 @@ def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
             if (up_to is not None and recorded.position > up_to) or (
                     recorded_until is not None and recorded.recorded_at > recorded_until):
                 return projection
-            document = orjson.loads(recorded.document())
-            if document["tenant_id"] == tenant:
-                projection.apply(event_from(document))
+            event = event_of(recorded.position, recorded.recorded_at, recorded.data)
+            if event.tenant_id == tenant:
+                projection.apply(event)
             else:  # another tenant's: it still moves the basis
                 projection.position, projection.recorded_at = (recorded.position,
                                                                recorded.recorded_at)
