@@ -1,13 +1,14 @@
 """Shared bench plumbing: a scenario record, a private memledger server, percentiles, progress."""
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,16 @@ class Steps:
             self._progress.update(self._task, description=description, advance=1)
         else:
             print(f"bench: {description}", file=sys.stderr, flush=True)
+
+
+def measured(measure: Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]
+             ) -> Callable[[argparse.Namespace, Settings], int]:
+    """A scenario's ``run``: measure (asynchronously), then print the result."""
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        emit(asyncio.run(measure(args)), args.json)
+        return 0
+
+    return run
 
 
 def emit(result: dict[str, Any], as_json: bool) -> None:

@@ -21,12 +21,11 @@ import psycopg
 from memledger_cli.bench.common import (
     Scenario,
     Steps,
-    emit,
+    measured,
     percentile,
     private_server,
     wait_relayed,
 )
-from memledger_platform.settings import Settings
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
 SPACE = "bench"
@@ -46,12 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=32, help="concurrent single writers")
     parser.add_argument("--intake-count", type=int, default=20_000)
     parser.add_argument("--raw-count", type=int, default=50_000)
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    result = asyncio.run(_measure(args))
-    emit(result, args.json)
-    return 0
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,4 +202,4 @@ def _raw_postgres(dsn: str, args: argparse.Namespace) -> float:
 
 
 SCENARIO = Scenario("ingest", "write throughput and ack latency (HTTP, NATS intake) beside "
-                    "raw JetStream and raw PostgreSQL", add_arguments, run)
+                    "raw JetStream and raw PostgreSQL", add_arguments, measured(_measure))

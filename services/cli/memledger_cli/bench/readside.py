@@ -16,11 +16,10 @@ import orjson
 import psycopg
 from psycopg import sql
 
-from memledger_cli.bench.common import Scenario, Steps, emit, percentile, private_server
+from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
 from memledger_cli.progress import Bar
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
-from memledger_platform.settings import Settings
 from memledger_projector import rebuild, schema
 from memledger_projector.store import read_checkpoint
 
@@ -41,11 +40,6 @@ def _e2e_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read back every Nth write (1: every write)")
     parser.add_argument("--warmup", type=float, default=2.0,
                         help="seconds at the same rate before measuring")
-
-
-def _e2e(args: argparse.Namespace, settings: Settings) -> int:
-    emit(asyncio.run(_measure_e2e(args)), args.json)
-    return 0
 
 
 async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,11 +115,6 @@ async def _raw_jetstream_latency(url: str, count: int) -> list[float]:
 def _temporal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--versions", type=int, default=100_000, help="item versions loaded")
     parser.add_argument("--queries", type=int, default=2_000)
-
-
-def _temporal(args: argparse.Namespace, settings: Settings) -> int:
-    emit(asyncio.run(_measure_temporal(args)), args.json)
-    return 0
 
 
 def _history_commands(versions: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -240,11 +229,6 @@ def _rebuild_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=100_000)
 
 
-def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    emit(asyncio.run(_measure_rebuild(args)), args.json)
-    return 0
-
-
 async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
     with Steps(total=3) as steps, private_server() as server:
         async with aiohttp.ClientSession(server.url) as http:
@@ -299,8 +283,8 @@ def _read_everything(store: PostgresEventStore) -> Any:
 
 
 E2E = Scenario("e2e", "write acknowledged -> visible through min_position, at a steady rate",
-               _e2e_arguments, _e2e)
+               _e2e_arguments, measured(_measure_e2e))
 TEMPORAL = Scenario("temporal", "as-of and change-feed latency over HTTP on loaded history",
-                    _temporal_arguments, _temporal)
+                    _temporal_arguments, measured(_measure_temporal))
 REBUILD = Scenario("rebuild", "full blue/green rebuild of the PostgreSQL read models",
-                   _rebuild_arguments, _rebuild)
+                   _rebuild_arguments, measured(_measure_rebuild))
