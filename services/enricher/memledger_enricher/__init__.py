@@ -1,0 +1,1 @@
+"""The enricher service: embeddings and extraction, sent back to ingest as commands."""
