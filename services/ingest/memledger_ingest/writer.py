@@ -9,7 +9,6 @@ group is retried on its own, so only a real conflict is refused.
 """
 
 import asyncio
-import hashlib
 import logging
 import queue
 import random
@@ -17,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 from uuid import UUID
 
 import orjson
@@ -25,13 +23,23 @@ import orjson
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+from memledger_ingest.results import (
+    CommandResult,
+    Rejected,
+    command_name,
+    key_record,
+    replayed,
+    request_hash,
+)
+from memledger_ingest.state_cache import StateCache, fold_state
+
+__all__ = ["CommandResult", "GroupCommitWriter", "Rejected"]
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.eventstore import (
     EventStore,
     IdempotencyKeyTaken,
     IdempotencyRecord,
     NewEvent,
-    RecordedEvent,
     StreamConflict,
 )
 from memledger_platform.eventstore.port import IdempotentResult
@@ -43,31 +51,6 @@ _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
 _RETRIES = 25
 """Attempts for a submission that keeps losing races to other writers on the same stream."""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one accepted command wrote (or, for a retry of an idempotent command, had written)."""
-
-    command: str
-    event_ids: tuple[str, ...]
-    positions: tuple[int, ...]
-    stream_version: int
-    ids: dict[str, str]
-    duplicate: bool = False
-
-    @property
-    def position(self) -> int:
-        return self.positions[-1]
-
-
-class Rejected(Exception):
-    """A command of a submission was refused; nothing of the submission was written."""
-
-    def __init__(self, index: int, error: DomainError) -> None:
-        super().__init__(f"command {index}: {error}")
-        self.index = index
-        self.error = error
 
 
 @dataclass
@@ -92,38 +75,6 @@ class _Plan:
     claims: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
-class _StateCache:
-    """Least-recently-used stream states, held as ints and plain tuples.
-
-    A cache this size (hundreds of thousands of entries) must not be made of objects the
-    garbage collector tracks: each full collection would walk all of them while holding the
-    GIL (measured: 210-240 ms pauses, the whole p99 of a write). Ints and tuples of atomic
-    values are untracked.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._entries: dict[int, tuple[int, str, str, int]] = {}
-
-    def get(self, sid: UUID) -> StreamState | None:
-        entry = self._entries.get(sid.int)
-        if entry is None:
-            return None
-        version, space_id, status, policy_version = entry
-        return StreamState(version, space_id, status, policy_version)  # type: ignore[arg-type]
-
-    def put_all(self, states: dict[UUID, StreamState]) -> None:
-        for sid, state in states.items():
-            self._entries.pop(sid.int, None)  # re-insert: most recent last
-            self._entries[sid.int] = (state.version, state.space_id, state.status,
-                                      state.policy_version)
-        while len(self._entries) > self._size:
-            del self._entries[next(iter(self._entries))]
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
 class GroupCommitWriter:
     """The single writer of one ingest process. ``submit`` is called from the event loop."""
 
@@ -136,7 +87,7 @@ class GroupCommitWriter:
         self._max_group = max_group_events
         self._linger = linger_seconds
         self._linger_below = linger_below
-        self._cache = _StateCache(cache_size)
+        self._cache = StateCache(cache_size)
         self._on_commit = on_commit
         self._new_id = new_id
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
@@ -267,8 +218,8 @@ class GroupCommitWriter:
         states = {sid: cached for sid in wanted - fresh
                   if (cached := self._cache.get(sid)) is not None}
         missing = [sid for sid in wanted if sid not in states]
-        loaded = {sid: _fold(events) for sid, events in self._store.read_streams(missing).items()
-                  if events}
+        loaded = {sid: fold_state(events)
+                  for sid, events in self._store.read_streams(missing).items() if events}
         self._remember(loaded)
         return states | loaded
 
@@ -297,8 +248,8 @@ class GroupCommitWriter:
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
                   known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
-        request_hash = _request_hash(cmd) if key is not None else ""
-        if key is not None and self._repeats(plan, index, (ctx.tenant, key), request_hash, known):
+        digest = request_hash(cmd) if key is not None else ""
+        if key is not None and self._repeats(plan, index, (ctx.tenant, key), digest, known):
             return
         overlay = plan.states
 
@@ -314,12 +265,12 @@ class GroupCommitWriter:
         plan.slices.append((start, len(plan.events), decision))
         plan.replayed.append(None)
         if key is not None:
-            plan.claims[(ctx.tenant, key)] = request_hash
-            plan.keys.append(_key_record(ctx, key, request_hash, plan.events[start:], cmd,
+            plan.claims[(ctx.tenant, key)] = digest
+            plan.keys.append(key_record(ctx, key, digest, plan.events[start:], cmd,
                                          decision))
 
     @staticmethod
-    def _repeats(plan: _Plan, index: int, key: tuple[str, str], request_hash: str,
+    def _repeats(plan: _Plan, index: int, key: tuple[str, str], digest: str,
                  known: dict[tuple[str, str], IdempotentResult]) -> bool:
         """Whether the command repeats one already committed (its result is replayed) or
         one earlier in this group (its result is shared after the commit); a different request
@@ -328,11 +279,11 @@ class GroupCommitWriter:
         claimed = earlier.record.request_hash if earlier else plan.claims.get(key)
         if claimed is None:
             return False
-        if claimed != request_hash:
+        if claimed != digest:
             raise Rejected(index, Invalid("idempotency_key",
                                           "already used for a different request in this tenant"))
         plan.slices.append((len(plan.events), len(plan.events), None))
-        plan.replayed.append(_replayed(earlier) if earlier else None)
+        plan.replayed.append(replayed(earlier) if earlier else None)
         return True
 
     def _envelopes(self, plan: _Plan, cmd: CommandBase, ctx: Context, decision: Decision
@@ -390,22 +341,13 @@ def _results(plan: _Plan, positions: list[int],
         else:
             events = plan.events[start:end]
             result = CommandResult(
-                command=_name(cmd), event_ids=tuple(str(e.event_id) for e in events),
+                command=command_name(cmd), event_ids=tuple(str(e.event_id) for e in events),
                 positions=tuple(positions[start:end]),
                 stream_version=events[-1].stream_version, ids=decision.ids)
             if cmd.idempotency_key:
                 by_key[key] = result
         results.append(result)
     return results
-
-
-def _fold(events: list[RecordedEvent]) -> StreamState:
-    """The state of a stream from its (non-empty) events, in version order."""
-    state: StreamState | None = None
-    for event in events:
-        state = evolve(state, event.event_type, event.fields()["space_id"])
-    assert state is not None
-    return state
 
 
 def _settle(future: "asyncio.Future[list[CommandResult]]",
@@ -418,31 +360,9 @@ def _settle(future: "asyncio.Future[list[CommandResult]]",
         future.set_result(outcome)
 
 
-def _name(cmd: CommandBase) -> str:
-    return str(getattr(cmd, "command", type(cmd).__name__))
-
-
 def _actor(cmd: CommandBase, default: str) -> str:
     if cmd.actor:
         return cmd.actor
     return f"agent:{cmd.agent_id}" if cmd.agent_id else default
 
 
-def _request_hash(cmd: CommandBase) -> str:
-    return hashlib.sha256(cmd.model_dump_json().encode()).hexdigest()[:32]
-
-
-def _key_record(ctx: Context, key: str, request_hash: str, events: list[NewEvent],
-                cmd: CommandBase, decision: Decision) -> IdempotencyRecord:
-    response: dict[str, Any] = {"command": _name(cmd), "ids": decision.ids,
-                                "event_ids": [str(e.event_id) for e in events]}
-    return IdempotencyRecord(ctx.tenant, key, request_hash, events[0].stream_id,
-                             events[0].stream_version, events[-1].stream_version, response)
-
-
-def _replayed(earlier: IdempotentResult) -> CommandResult:
-    record = earlier.record
-    return CommandResult(
-        command=record.response["command"], event_ids=tuple(record.response["event_ids"]),
-        positions=earlier.positions, stream_version=record.last_version,
-        ids=record.response["ids"], duplicate=True)

@@ -1,0 +1,275 @@
+"""One handler per command: check it against the current state, say what happened. Pure."""
+
+from uuid import UUID
+
+from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
+from memledger_ingest.domain.streams import Status, StreamRef, StreamState
+from memledger_ingest.domain.targets import (
+    Context,
+    Decision,
+    Lookup,
+    entity_ref,
+    new_or,
+    target_of,
+)
+from memledger_schemas import commands as c
+from memledger_schemas import events as e
+from memledger_schemas.envelope import TENANT_SCOPE
+
+
+def _active_space(lookup: Lookup, space_id: str) -> StreamState:
+    state = lookup(StreamRef("space", space_id))
+    if state is None:
+        raise NotFound("space", space_id)
+    if state.status != "active":
+        raise Conflict(f"space {space_id!r} is archived", state.version)
+    return state
+
+
+def _existing(state: StreamState | None, space_id: str, what: str, ident: object) -> StreamState:
+    # Something in another space is reported as missing, not as forbidden: no leaks.
+    if state is None or state.space_id != space_id:
+        raise NotFound(what, str(ident))
+    return state
+
+
+def _absent(state: StreamState | None, what: str, ident: object) -> None:
+    if state is not None:
+        raise Conflict(f"{what} {str(ident)!r} already exists", state.version)
+
+
+def _in_status(state: StreamState, allowed: tuple[Status, ...], what: str, ident: object) -> None:
+    if state.status not in allowed:
+        raise Conflict(f"{what} {str(ident)!r} is {state.status}", state.version)
+
+
+def _live_item(lookup: Lookup, cur: StreamState | None, space_id: str, item: UUID,
+               allowed: tuple[Status, ...] = ("active",)) -> StreamState:
+    _active_space(lookup, space_id)
+    state = _existing(cur, space_id, "memory item", item)
+    _in_status(state, allowed, "memory item", item)
+    return state
+
+
+# --- handlers -------------------------------------------------------------------------------
+# Each handler: (command, context, lookup, current state of the target) -> Decision.
+
+
+def _create_space(cmd: c.CreateSpace, ctx: Context, lookup: Lookup, cur: StreamState | None
+                  ) -> Decision:
+    _absent(cur, "space", cmd.space_id)
+    payload = e.SpaceCreated(name=cmd.name, description=cmd.description)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"space_id": cmd.space_id})
+
+
+def _set_policy(cmd: c.SetSpacePolicy, ctx: Context, lookup: Lookup, cur: StreamState | None
+                ) -> Decision:
+    space = _active_space(lookup, cmd.space_id)
+    payload = e.SpacePolicySet(
+        policy_version=space.policy_version + 1, retention_days=cmd.retention_days,
+        decay_half_life_days=cmd.decay_half_life_days,
+        session_ttl_seconds=cmd.session_ttl_seconds, max_items=cmd.max_items,
+        legal_hold=cmd.legal_hold, members=cmd.members)
+    ids = {"space_id": cmd.space_id, "policy_version": str(payload.policy_version)}
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids)
+
+
+def _archive_space(cmd: c.ArchiveSpace, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    payload = e.SpaceArchived(reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"space_id": cmd.space_id})
+
+
+def _register_agent(cmd: c.RegisterAgent, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _absent(cur, "agent", cmd.agent_id)
+    payload = e.AgentRegistered(agent_id=cmd.agent_id, name=cmd.name,
+                                description=cmd.description)
+    return Decision(target_of(cmd, ctx), TENANT_SCOPE, (payload,), {"agent_id": cmd.agent_id})
+
+
+def _start_session(cmd: c.StartSession, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    session_id = new_or(cmd.session_id, ctx)
+    _absent(cur, "session", session_id)
+    payload = e.SessionStarted(session_id=session_id, title=cmd.title)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"session_id": str(session_id)}, session_id=session_id)
+
+
+def _end_session(cmd: c.EndSession, ctx: Context, lookup: Lookup, cur: StreamState | None
+                 ) -> Decision:
+    state = _existing(cur, cmd.space_id, "session", cmd.session_id)
+    _in_status(state, ("active",), "session", cmd.session_id)
+    payload = e.SessionEnded(session_id=cmd.session_id, reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"session_id": str(cmd.session_id)}, session_id=cmd.session_id)
+
+
+def _append_message(cmd: c.AppendMessage, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    state = _existing(cur, cmd.space_id, "session", cmd.session_id)
+    _in_status(state, ("active",), "session", cmd.session_id)
+    message_id = new_or(cmd.message_id, ctx)
+    payload = e.ConversationMessageAppended(
+        session_id=cmd.session_id, message_id=message_id, role=cmd.role, content=cmd.content,
+        participant=cmd.participant)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"message_id": str(message_id)}, session_id=cmd.session_id)
+
+
+def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    item_id = new_or(cmd.item_id, ctx)
+    _absent(cur, "memory item", item_id)
+    if cmd.session_id is not None:
+        session = lookup(StreamRef("session", str(cmd.session_id)))
+        _existing(session, cmd.space_id, "session", cmd.session_id)
+    payload = e.MemoryAsserted(
+        item_id=item_id, kind=cmd.kind, content=cmd.content, triple=cmd.triple,
+        confidence=cmd.confidence, importance=cmd.importance, tags=cmd.tags,
+        sources=cmd.sources)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(item_id)},
+                    session_id=cmd.session_id, valid_from=cmd.valid_from, valid_to=cmd.valid_to)
+
+
+def _revise_memory(cmd: c.ReviseMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id,
+               ("active", "superseded", "retracted"))
+    payload = e.MemoryRevised(
+        item_id=cmd.item_id, content=cmd.content, triple=cmd.triple, confidence=cmd.confidence,
+        importance=cmd.importance, tags=cmd.tags, reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"item_id": str(cmd.item_id)}, valid_from=cmd.valid_from,
+                    valid_to=cmd.valid_to)
+
+
+def _supersede_memory(cmd: c.SupersedeMemory, ctx: Context, lookup: Lookup,
+                      cur: StreamState | None) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id)
+    if cmd.superseded_by == cmd.item_id:
+        raise Invalid("superseded_by", "an item cannot supersede itself")
+    successor = lookup(StreamRef("item", str(cmd.superseded_by)))
+    _existing(successor, cmd.space_id, "memory item", cmd.superseded_by)
+    payload = e.MemorySuperseded(item_id=cmd.item_id, superseded_by=cmd.superseded_by,
+                                 reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _retract_memory(cmd: c.RetractMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id)
+    payload = e.MemoryRetracted(item_id=cmd.item_id, valid_until=cmd.valid_until,
+                                reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _reaffirm_memory(cmd: c.ReaffirmMemory, ctx: Context, lookup: Lookup,
+                     cur: StreamState | None) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id)
+    payload = e.MemoryReaffirmed(item_id=cmd.item_id, confidence=cmd.confidence,
+                                 reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _archive_memory(cmd: c.ArchiveMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id, ("active", "superseded", "retracted"))
+    payload = e.MemoryArchived(item_id=cmd.item_id, reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _upsert_entity(cmd: c.UpsertEntity, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    if cur is not None:
+        _existing(cur, cmd.space_id, "entity", cmd.entity_id)
+    payload = e.EntityUpserted(entity_id=cmd.entity_id, name=cmd.name, type=cmd.type,
+                               aliases=cmd.aliases)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"entity_id": cmd.entity_id})
+
+
+def _assert_relation(cmd: c.AssertRelation, ctx: Context, lookup: Lookup,
+                     cur: StreamState | None) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    relation_id = new_or(cmd.relation_id, ctx)
+    _absent(cur, "relation", relation_id)
+    for end in (cmd.source_entity, cmd.target_entity):
+        _existing(lookup(entity_ref(cmd.space_id, end)), cmd.space_id, "entity", end)
+    payload = e.RelationAsserted(
+        relation_id=relation_id, source_entity=cmd.source_entity,
+        relation_type=cmd.relation_type, target_entity=cmd.target_entity,
+        confidence=cmd.confidence)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"relation_id": str(relation_id)}, valid_from=cmd.valid_from,
+                    valid_to=cmd.valid_to)
+
+
+def _retract_relation(cmd: c.RetractRelation, ctx: Context, lookup: Lookup,
+                      cur: StreamState | None) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    state = _existing(cur, cmd.space_id, "relation", cmd.relation_id)
+    _in_status(state, ("active",), "relation", cmd.relation_id)
+    payload = e.RelationRetracted(relation_id=cmd.relation_id, reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"relation_id": str(cmd.relation_id)})
+
+
+def _record_feedback(cmd: c.RecordFeedback, ctx: Context, lookup: Lookup,
+                     cur: StreamState | None) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    feedback_id = new_or(cmd.feedback_id, ctx)
+    _absent(cur, "feedback", feedback_id)
+    _existing(lookup(StreamRef("item", str(cmd.item_id))), cmd.space_id, "memory item",
+              cmd.item_id)
+    payload = e.FeedbackRecorded(
+        feedback_id=feedback_id, item_id=cmd.item_id, signal=cmd.signal, rating=cmd.rating,
+        retrieval_id=cmd.retrieval_id, comment=cmd.comment)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"feedback_id": str(feedback_id)})
+
+
+def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, PLR0912
+            cur: StreamState | None) -> Decision:
+    # One case per command: a flat dispatch table that mypy can check.
+    match cmd:
+        case c.CreateSpace():
+            return _create_space(cmd, ctx, lookup, cur)
+        case c.SetSpacePolicy():
+            return _set_policy(cmd, ctx, lookup, cur)
+        case c.ArchiveSpace():
+            return _archive_space(cmd, ctx, lookup, cur)
+        case c.RegisterAgent():
+            return _register_agent(cmd, ctx, lookup, cur)
+        case c.StartSession():
+            return _start_session(cmd, ctx, lookup, cur)
+        case c.EndSession():
+            return _end_session(cmd, ctx, lookup, cur)
+        case c.AppendMessage():
+            return _append_message(cmd, ctx, lookup, cur)
+        case c.AssertMemory():
+            return _assert_memory(cmd, ctx, lookup, cur)
+        case c.ReviseMemory():
+            return _revise_memory(cmd, ctx, lookup, cur)
+        case c.SupersedeMemory():
+            return _supersede_memory(cmd, ctx, lookup, cur)
+        case c.RetractMemory():
+            return _retract_memory(cmd, ctx, lookup, cur)
+        case c.ReaffirmMemory():
+            return _reaffirm_memory(cmd, ctx, lookup, cur)
+        case c.ArchiveMemory():
+            return _archive_memory(cmd, ctx, lookup, cur)
+        case c.UpsertEntity():
+            return _upsert_entity(cmd, ctx, lookup, cur)
+        case c.AssertRelation():
+            return _assert_relation(cmd, ctx, lookup, cur)
+        case c.RetractRelation():
+            return _retract_relation(cmd, ctx, lookup, cur)
+        case c.RecordFeedback():
+            return _record_feedback(cmd, ctx, lookup, cur)
+    raise TypeError(f"unknown command {type(cmd).__name__}")

@@ -1,0 +1,110 @@
+"""What a command is about: the stream it appends to, the streams it reads, and the context
+a decision may use. Pure."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from uuid import UUID
+
+from memledger_ingest.domain.streams import StreamRef, StreamState
+from memledger_schemas import commands as c
+from memledger_schemas.events import Payload
+from memledger_schemas.types import UtcDatetime
+
+Lookup = Callable[[StreamRef], StreamState | None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a decision may use besides state: the tenant, an id minted for this command (for
+    whatever it creates without naming it) and who acts."""
+
+    tenant: str
+    fresh_id: UUID
+    actor: str
+    now: datetime | None = None
+    """About when the command is recorded (``valid_from`` defaults to the recording time)."""
+
+    @cached_property
+    def fresh_key(self) -> str:
+        return str(self.fresh_id)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Events for the ``target`` stream, and the ids a client needs to refer to what it made."""
+
+    target: StreamRef
+    space_id: str
+    events: tuple[Payload, ...]
+    ids: dict[str, str] = field(default_factory=dict)
+    session_id: UUID | None = None
+    valid_from: UtcDatetime | None = None
+    valid_to: UtcDatetime | None = None
+
+
+def new_or(ident: UUID | None, ctx: Context) -> UUID:
+    return ident if ident is not None else ctx.fresh_id
+
+
+def _key_or(ident: UUID | None, ctx: Context) -> str:
+    return str(ident) if ident is not None else ctx.fresh_key
+
+
+def target_of(cmd: c.CommandBase, ctx: Context) -> StreamRef:
+    """The stream a command appends to."""
+    return _target(cmd, ctx)
+
+
+def reads_of(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:
+    """Every stream ``decide`` will look up for this command (so they can be fetched at once)."""
+    space = getattr(cmd, "space_id", None)
+    spaces = (StreamRef("space", space),) if space else ()
+    return (target_of(cmd, ctx), *spaces, *_extra_reads(cmd))
+
+
+def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
+    # The most frequent commands first: a match tries its cases in order.
+    match cmd:
+        case c.AssertMemory():
+            return StreamRef("item", _key_or(cmd.item_id, ctx))
+        case c.EndSession() | c.AppendMessage():
+            return StreamRef("session", str(cmd.session_id))
+        case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
+            return StreamRef("space", cmd.space_id)
+        case c.RegisterAgent():
+            return StreamRef("agent", cmd.agent_id)
+        case c.StartSession():
+            return StreamRef("session", str(new_or(cmd.session_id, ctx)))
+        case (c.ReviseMemory() | c.SupersedeMemory() | c.RetractMemory() | c.ReaffirmMemory()
+              | c.ArchiveMemory()):
+            return StreamRef("item", str(cmd.item_id))
+        case c.UpsertEntity():
+            return entity_ref(cmd.space_id, cmd.entity_id)
+        case c.AssertRelation():
+            return StreamRef("relation", str(new_or(cmd.relation_id, ctx)))
+        case c.RetractRelation():
+            return StreamRef("relation", str(cmd.relation_id))
+        case c.RecordFeedback():
+            return StreamRef("feedback", str(new_or(cmd.feedback_id, ctx)))
+    raise TypeError(f"unknown command {type(cmd).__name__}")
+
+
+def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:
+    match cmd:
+        case c.AssertMemory(session_id=UUID() as session_id):
+            return (StreamRef("session", str(session_id)),)
+        case c.SupersedeMemory():
+            return (StreamRef("item", str(cmd.superseded_by)),)
+        case c.AssertRelation():
+            return (entity_ref(cmd.space_id, cmd.source_entity),
+                    entity_ref(cmd.space_id, cmd.target_entity))
+        case c.RecordFeedback():
+            return (StreamRef("item", str(cmd.item_id)),)
+    return ()
+
+
+def entity_ref(space_id: str, entity_id: str) -> StreamRef:
+    # Entity ids are chosen by clients and scoped by space.
+    return StreamRef("entity", f"{space_id}/{entity_id}")
