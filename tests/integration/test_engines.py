@@ -43,10 +43,11 @@ _OWNER_SCRIPT = """
 import json, signal, sys
 from pathlib import Path
 from memledger_platform import engines
+from memledger_platform.engines import process
 
 kind, data_dir, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 if mode == "no-death-signal":
-    engines._parent_death_preexec = lambda sig: None
+    process._parent_death_preexec = lambda sig: None
 if kind == "postgres":
     pg = engines.EmbeddedPostgres(data_dir)
     address = pg.start().dsn
@@ -119,7 +120,7 @@ def _start_owner(
     owners: list[subprocess.Popen[str]], kind: str, data_dir: Path, mode: str = "normal"
 ) -> dict[str, Any]:
     """Start ``kind`` from a separate owner process; return its pid and address."""
-    package_root = Path(engines.__file__).resolve().parents[1]
+    package_root = Path(engines.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package_root), *sys.path])}
     stderr_path = data_dir.parent / f"owner-{kind}-{len(owners)}.err"
     with stderr_path.open("w") as stderr:

