@@ -1,0 +1,1 @@
+"""The ``VectorIndex`` port (one point per item version) and its adapters."""

@@ -1,0 +1,67 @@
+"""``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW,
+kept under a directory of its own."""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from memledger_platform.vectorindex.port import OPEN, Hit, IndexedPoint, Scope, VectorIndex
+
+
+class QdrantEdgeVectorIndex(VectorIndex):
+    def __init__(self, path: Path, dims: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine))
+        try:
+            self._shard = qe.EdgeShard.load(str(path), config)
+        except Exception:
+            self._shard = qe.EdgeShard.create(str(path), config)
+
+    def upsert(self, points: Sequence[IndexedPoint]) -> None:
+        if points:
+            self._shard.update(qe.UpdateOperation.upsert_points(
+                [qe.Point(id=p.point_id, vector=list(p.vector), payload=p.payload)
+                 for p in points]))
+
+    def delete(self, point_ids: Sequence[str]) -> None:
+        if point_ids:
+            self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
+
+    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
+        found = self._shard.query(qe.QueryRequest(
+            limit=k, query=qe.Query.Nearest(list(vector)), filter=_filter(scope),
+            with_payload=True))
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
+
+    def count(self) -> int:
+        return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
+
+    def optimize(self) -> None:
+        """Build the HNSW graph for what was added (search is exact until then)."""
+        self._shard.optimize()
+
+    def close(self) -> None:
+        self._shard.flush()
+        self._shard.close()
+
+
+def _filter(scope: Scope) -> Any:
+    position = OPEN - 1 if scope.position is None else scope.position
+    must = [_match("tenant", scope.tenant),
+            qe.FieldCondition(key="valid_from", range=qe.RangeFloat(lte=scope.valid_at)),
+            qe.FieldCondition(key="valid_to", range=qe.RangeFloat(gt=scope.valid_at)),
+            qe.FieldCondition(key="sys_from", range=qe.RangeFloat(lte=position)),
+            qe.FieldCondition(key="sys_to", range=qe.RangeFloat(gt=position))]
+    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
+        if values:
+            must.append(qe.FieldCondition(key=key, match=qe.MatchAny(list(values))))
+    for key, value in (("session", scope.session), ("agent", scope.agent)):
+        if value is not None:
+            must.append(_match(key, value))
+    return qe.Filter(must=must)
+
+
+def _match(key: str, value: str) -> Any:
+    return qe.FieldCondition(key=key, match=qe.MatchValue(value))
