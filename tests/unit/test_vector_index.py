@@ -1,23 +1,30 @@
-"""The VectorIndex contract, run against every adapter (the exact in-memory one and Qdrant
-Edge, which runs in process: no network)."""
+"""The VectorIndex contract, run against every adapter: the exact in-memory one, Qdrant Edge
+(in process) and the Qdrant server adapter on qdrant-client's local mode (no network)."""
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from qdrant_client import QdrantClient
 
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, VectorIndex
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
 
 T2020, T2022, T2024, NOW = 1.58e9, 1.64e9, 1.70e9, 1.79e9
 
 
-@pytest.fixture(params=["memory", "qdrant-edge"])
+@pytest.fixture(params=["memory", "qdrant-edge", "qdrant-client-local"])
 def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
-    made: VectorIndex = (InMemoryVectorIndex() if request.param == "memory"
-                         else QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3))
+    made: VectorIndex
+    if request.param == "memory":
+        made = InMemoryVectorIndex()
+    elif request.param == "qdrant-edge":
+        made = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3)
+    else:  # the distributed-mode adapter, on qdrant-client's local mode
+        made = QdrantServerVectorIndex(QdrantClient(location=":memory:"), "memories", dims=3)
     yield made
     made.close()
 
