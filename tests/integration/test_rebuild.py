@@ -131,3 +131,20 @@ async def test_a_rebuild_that_meets_an_unappliable_event_stops_and_says_where(
         rebuild.rebuild(conn, event_store, names)
 
     assert schema.live_version(conn, names) == 1
+
+
+async def test_the_live_model_answers_reads_while_a_rebuild_runs(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore, engines: Endpoints,
+        live: schema.Names) -> None:
+    answers: list[int] = []
+    with psycopg.connect(engines.postgres_dsn, autocommit=True) as reader:
+
+        def read_meanwhile(at: int, of: int) -> None:
+            # another connection, mid-rebuild: the live version still answers
+            version = schema.live_version(reader, live)
+            answers.append(store.read_checkpoint(reader, live.schema(version)).position)
+
+        rebuild.rebuild(conn, event_store, live, read_meanwhile)
+
+    assert answers
+    assert all(position == event_store.max_position() for position in answers)
