@@ -146,6 +146,14 @@ def _assert_like_a_replay(side: ReadSide, at: Basis, tenants: tuple[str, ...] = 
                                              limit=10_000)
 
 
+async def _relayed_mixed_log(writer: GroupCommitWriter, event_store: PostgresEventStore,
+                             js: JetStreamContext, subjects: Subjects) -> int:
+    """The mixed log, written and relayed to the events stream; its last position."""
+    await _mixed_log(writer)
+    await _relay_all(event_store, js, subjects)
+    return event_store.max_position()
+
+
 async def _mixed_log(writer: GroupCommitWriter) -> None:
     """Some of every kind of event, in one tenant and space."""
     session = await open_session(writer)
@@ -191,9 +199,7 @@ async def test_written_and_relayed_events_are_projected_into_every_read_model(
         engines: Endpoints, event_store: PostgresEventStore, writer: GroupCommitWriter,
         side: ReadSide, subjects: Subjects, nats_js: Nats) -> None:
     _, js = nats_js
-    await _mixed_log(writer)
-    last = event_store.max_position()
-    await _relay_all(event_store, js, subjects)
+    last = await _relayed_mixed_log(writer, event_store, js, subjects)
 
     async with running_projector(engines.postgres_dsn, js, subjects, side.names,
                                  batch=7) as projector:
@@ -248,9 +254,7 @@ async def test_messages_redelivered_after_their_write_committed_change_nothing_a
         engines: Endpoints, event_store: PostgresEventStore, writer: GroupCommitWriter,
         side: ReadSide, subjects: Subjects, nats_js: Nats) -> None:
     _, js = nats_js
-    await _mixed_log(writer)
-    last = event_store.max_position()
-    await _relay_all(event_store, js, subjects)
+    last = await _relayed_mixed_log(writer, event_store, js, subjects)
     sub = await _subscribe(js, subjects)
     delivered = await _fetch(sub, last)
     # The write commits, then the projector dies before its acks: the messages come back.

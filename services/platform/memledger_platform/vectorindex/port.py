@@ -13,7 +13,7 @@ Contract (one suite checks every adapter):
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 OPEN = 9.0e15
 """The bound of an open interval (larger than any timestamp in seconds or any position)."""
@@ -66,6 +66,31 @@ class VectorIndex(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional: most adapters hold nothing to release)
         """Release resources (flushing what is pending)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One payload condition of a scope, independent of any engine's filter types."""
+
+    key: str
+    op: Literal["eq", "any", "lte", "gt"]
+    value: Any
+
+
+def conditions(scope: Scope) -> list[Condition]:
+    """The scope as payload conditions, all of which must hold (``in_scope`` is their meaning)."""
+    position = OPEN - 1 if scope.position is None else scope.position
+    found = [Condition("tenant", "eq", scope.tenant),
+             Condition("valid_from", "lte", scope.valid_at),
+             Condition("valid_to", "gt", scope.valid_at),
+             Condition("sys_from", "lte", position), Condition("sys_to", "gt", position)]
+    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
+        if values:
+            found.append(Condition(key, "any", list(values)))
+    for key, value in (("session", scope.session), ("agent", scope.agent)):
+        if value is not None:
+            found.append(Condition(key, "eq", value))
+    return found
 
 
 def in_scope(payload: dict[str, Any], scope: Scope) -> bool:

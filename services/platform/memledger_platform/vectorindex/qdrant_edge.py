@@ -7,7 +7,14 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from memledger_platform.vectorindex.port import OPEN, Hit, IndexedPoint, Scope, VectorIndex
+from memledger_platform.vectorindex.port import (
+    Condition,
+    Hit,
+    IndexedPoint,
+    Scope,
+    VectorIndex,
+    conditions,
+)
 
 
 class QdrantEdgeVectorIndex(VectorIndex):
@@ -48,20 +55,13 @@ class QdrantEdgeVectorIndex(VectorIndex):
 
 
 def _filter(scope: Scope) -> Any:
-    position = OPEN - 1 if scope.position is None else scope.position
-    must = [_match("tenant", scope.tenant),
-            qe.FieldCondition(key="valid_from", range=qe.RangeFloat(lte=scope.valid_at)),
-            qe.FieldCondition(key="valid_to", range=qe.RangeFloat(gt=scope.valid_at)),
-            qe.FieldCondition(key="sys_from", range=qe.RangeFloat(lte=position)),
-            qe.FieldCondition(key="sys_to", range=qe.RangeFloat(gt=position))]
-    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
-        if values:
-            must.append(qe.FieldCondition(key=key, match=qe.MatchAny(list(values))))
-    for key, value in (("session", scope.session), ("agent", scope.agent)):
-        if value is not None:
-            must.append(_match(key, value))
-    return qe.Filter(must=must)
+    return qe.Filter(must=[_condition(c) for c in conditions(scope)])
 
 
-def _match(key: str, value: str) -> Any:
-    return qe.FieldCondition(key=key, match=qe.MatchValue(value))
+def _condition(c: Condition) -> Any:
+    if c.op == "eq":
+        return qe.FieldCondition(key=c.key, match=qe.MatchValue(c.value))
+    if c.op == "any":
+        return qe.FieldCondition(key=c.key, match=qe.MatchAny(c.value))
+    bound = qe.RangeFloat(lte=c.value) if c.op == "lte" else qe.RangeFloat(gt=c.value)
+    return qe.FieldCondition(key=c.key, range=bound)

@@ -3,11 +3,17 @@ adapter runs against qdrant-client's local mode (``location=":memory:"``) in tes
 against a real Qdrant where Docker exists."""
 
 from collections.abc import Sequence
-from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from memledger_platform.vectorindex.port import OPEN, Hit, IndexedPoint, Scope, VectorIndex
+from memledger_platform.vectorindex.port import (
+    Condition,
+    Hit,
+    IndexedPoint,
+    Scope,
+    VectorIndex,
+    conditions,
+)
 
 
 class QdrantServerVectorIndex(VectorIndex):
@@ -42,21 +48,13 @@ class QdrantServerVectorIndex(VectorIndex):
 
 
 def _filter(scope: Scope) -> models.Filter:
-    position = OPEN - 1 if scope.position is None else scope.position
-    must: list[Any] = [
-        _match("tenant", scope.tenant),
-        models.FieldCondition(key="valid_from", range=models.Range(lte=scope.valid_at)),
-        models.FieldCondition(key="valid_to", range=models.Range(gt=scope.valid_at)),
-        models.FieldCondition(key="sys_from", range=models.Range(lte=position)),
-        models.FieldCondition(key="sys_to", range=models.Range(gt=position))]
-    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
-        if values:
-            must.append(models.FieldCondition(key=key, match=models.MatchAny(any=list(values))))
-    for key, value in (("session", scope.session), ("agent", scope.agent)):
-        if value is not None:
-            must.append(_match(key, value))
-    return models.Filter(must=must)
+    return models.Filter(must=[_condition(c) for c in conditions(scope)])
 
 
-def _match(key: str, value: str) -> models.FieldCondition:
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+def _condition(c: Condition) -> models.FieldCondition:
+    if c.op == "eq":
+        return models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value))
+    if c.op == "any":
+        return models.FieldCondition(key=c.key, match=models.MatchAny(any=c.value))
+    bound = models.Range(lte=c.value) if c.op == "lte" else models.Range(gt=c.value)
+    return models.FieldCondition(key=c.key, range=bound)
