@@ -7,10 +7,19 @@ The tenant is never in the body: it comes from the transport (header, credential
 from typing import Annotated, ClassVar, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from memledger_schemas.events import (
     EntityRef,
+    ExtractedEntity,
     Member,
     MemoryKind,
     Reason,
@@ -242,17 +251,70 @@ class RecordFeedback(CommandBase):
         return self
 
 
+class RecordEmbedding(CommandBase):
+    """The vector of one version of a memory item's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
+    command: Literal["record_embedding"] = "record_embedding"
+    space_id: SpaceId
+    item_id: UUID
+    item_version: int = Field(ge=1)
+    model: ShortText
+    dims: int = Field(ge=1, le=8_192)
+    # Finite only: a NaN would be stored as JSON null and poison every similarity score.
+    vector: tuple[FiniteFloat, ...] = Field(max_length=8_192)
+
+    @field_validator("vector")
+    @classmethod
+    def _vector_has_dims_entries(cls, vector: tuple[float, ...], info: ValidationInfo
+                                 ) -> tuple[float, ...]:
+        # A field validator (not a model one) so the error's path is ``vector``; skipped when
+        # dims itself is invalid, which is reported on its own.
+        dims = info.data.get("dims")
+        if dims is not None and len(vector) != dims:
+            raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
+        return vector
+
+
+class RecordEntities(CommandBase):
+    """The entities an extractor found in one version of a memory item's content."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/entities"
+    command: Literal["record_entities"] = "record_entities"
+    space_id: SpaceId
+    item_id: UUID
+    item_version: int = Field(ge=1)
+    extractor: ShortText
+    entities: tuple[ExtractedEntity, ...] = Field(max_length=256)
+
+
+class RecordPreference(CommandBase):
+    """A preference a rule extracted from a memory item or a conversation message.
+
+    ``source_item_id`` is the id of either, so it is not checked against an item stream."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/preferences"
+    command: Literal["record_preference"] = "record_preference"
+    space_id: SpaceId
+    source_item_id: UUID
+    rule_id: ShortText
+    category: ShortText
+    value: Content
+    confidence: Unit
+
+
 COMMANDS: tuple[type[CommandBase], ...] = (
     CreateSpace, SetSpacePolicy, ArchiveSpace, RegisterAgent, StartSession, EndSession,
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,
     ArchiveMemory, UpsertEntity, AssertRelation, RetractRelation, RecordFeedback,
+    RecordEmbedding, RecordEntities, RecordPreference,
 )
 
 Command = Annotated[
     CreateSpace | SetSpacePolicy | ArchiveSpace | RegisterAgent | StartSession | EndSession
     | AppendMessage | AssertMemory | ReviseMemory | SupersedeMemory | RetractMemory
     | ReaffirmMemory | ArchiveMemory | UpsertEntity | AssertRelation | RetractRelation
-    | RecordFeedback,
+    | RecordFeedback | RecordEmbedding | RecordEntities | RecordPreference,
     Field(discriminator="command"),
 ]
 

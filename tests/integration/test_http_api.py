@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -149,6 +150,31 @@ async def test_a_batch_commits_every_command_in_order(api: httpx.AsyncClient) ->
     positions = [r["position"] for r in response.json()["results"]]
     assert positions == sorted(positions)
     assert response.json()["position"] == positions[-1]
+
+
+async def test_an_embedding_is_recorded_beside_its_item_without_moving_the_items_version(
+        api: httpx.AsyncClient, event_store: PostgresEventStore) -> None:
+    item = (await _assert_fact(api)).json()["ids"]["item_id"]
+    embedding = {"item_version": 1, "model": "mini", "dims": 2, "vector": [0.6, 0.8]}
+
+    response = await api.post(f"/v1/spaces/s1/memories/{item}/embedding", json=embedding)
+    revision = await api.post(f"/v1/spaces/s1/memories/{item}/revise",
+                              json={"content": "The sky is grey", "expected_version": 1})
+
+    assert response.status_code == 201, response.text
+    assert response.json()["command"] == "record_embedding"
+    assert response.json()["position"] == event_store.max_position() - 1
+    assert response.json()["ids"] == {"item_id": item}
+    assert revision.status_code == 201, revision.text
+
+
+async def test_an_embedding_of_an_unknown_item_is_404_and_nothing_is_written(
+        api: httpx.AsyncClient, event_store: PostgresEventStore) -> None:
+    before = event_store.max_position()
+    response = await api.post(f"/v1/spaces/s1/memories/{uuid4()}/embedding", json={
+        "item_version": 1, "model": "mini", "dims": 1, "vector": [1.0]})
+    assert response.status_code == 404
+    assert event_store.max_position() == before
 
 
 async def test_tenants_never_see_each_others_items(api: httpx.AsyncClient) -> None:

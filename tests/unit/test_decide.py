@@ -24,6 +24,7 @@ SESSION, ENDED_SESSION, OTHER_SESSION, MISSING_SESSION = (UUID(int=0x200 + n) fo
 RELATION, RETRACTED_RELATION, OTHER_RELATION, MISSING_RELATION = (
     UUID(int=0x300 + n) for n in range(4))
 FEEDBACK = UUID(int=0x400)
+MESSAGE, OTHER_MESSAGE = UUID(int=0x500), UUID(int=0x501)
 
 SPACE_VERSION, ARCHIVED_SPACE_VERSION, ITEM_VERSION = 4, 3, 2
 
@@ -53,6 +54,34 @@ def _entity(space_id: str, entity_id: str) -> StreamRef:
     return StreamRef("entity", f"{space_id}/{entity_id}")
 
 
+def _enrichment(item_id: UUID) -> StreamRef:
+    return StreamRef("enrichment", str(item_id))
+
+
+def _preference(source_id: UUID) -> StreamRef:
+    return StreamRef("preference", str(source_id))
+
+
+def _embedding(item_id: UUID = ITEM, space_id: str = SPACE,
+               item_version: int = ITEM_VERSION) -> c.RecordEmbedding:
+    return c.RecordEmbedding(space_id=space_id, item_id=item_id, item_version=item_version,
+                             model="mini", dims=2, vector=(0.6, 0.8))
+
+
+PERSON = e.ExtractedEntity(name="Alice", type="person")
+
+
+def _entities(item_id: UUID = ITEM, space_id: str = SPACE,
+              item_version: int = ITEM_VERSION) -> c.RecordEntities:
+    return c.RecordEntities(space_id=space_id, item_id=item_id, item_version=item_version,
+                            extractor="rules", entities=(PERSON,))
+
+
+def _preference_of(source_id: UUID = MESSAGE, space_id: str = SPACE) -> c.RecordPreference:
+    return c.RecordPreference(space_id=space_id, source_item_id=source_id, rule_id="likes",
+                              category="food", value="tea", confidence=0.7)
+
+
 WORLD: dict[StreamRef, StreamState] = {
     _space(SPACE): _state(SPACE, version=SPACE_VERSION, policy_version=2),
     _space(OTHER_SPACE): _state(OTHER_SPACE),
@@ -74,6 +103,7 @@ WORLD: dict[StreamRef, StreamState] = {
     _relation(RETRACTED_RELATION): _state(SPACE, "retracted", 9),
     _relation(OTHER_RELATION): _state(OTHER_SPACE),
     StreamRef("feedback", str(FEEDBACK)): _state(SPACE, version=10),
+    _preference(OTHER_MESSAGE): _state(OTHER_SPACE),
 }
 
 
@@ -149,6 +179,18 @@ SUCCESSES = [
         StreamRef("feedback", str(FRESH)),
         e.FeedbackRecorded(feedback_id=FRESH, item_id=ITEM, signal="rating", rating=4),
         {"feedback_id": str(FRESH)}, "record_feedback"),
+    _ok(_embedding(), _enrichment(ITEM),
+        e.MemoryEmbedded(item_id=ITEM, item_version=ITEM_VERSION, model="mini", dims=2,
+                         vector=(0.6, 0.8)),
+        {"item_id": str(ITEM)}, "record_embedding"),
+    _ok(_entities(), _enrichment(ITEM),
+        e.MemoryEntitiesExtracted(item_id=ITEM, item_version=ITEM_VERSION, extractor="rules",
+                                  entities=(PERSON,)),
+        {"item_id": str(ITEM)}, "record_entities"),
+    _ok(_preference_of(), _preference(MESSAGE),
+        e.PreferenceExtracted(source_item_id=MESSAGE, rule_id="likes", category="food",
+                              value="tea", confidence=0.7),
+        {"source_item_id": str(MESSAGE)}, "record_preference"),
 ]
 
 
@@ -178,6 +220,31 @@ def test_an_assertion_carries_its_session_and_valid_interval_to_the_decision() -
     decision = decide(cmd, CTX, lookup_in(WORLD))
 
     assert (decision.session_id, decision.valid_from, decision.valid_to) == (SESSION, start, end)
+
+
+@pytest.mark.parametrize("cmd", [
+    pytest.param(_embedding(RETRACTED_ITEM, item_version=1), id="embed_retracted"),
+    pytest.param(_entities(SUPERSEDED_ITEM, item_version=6), id="entities_of_superseded"),
+    pytest.param(_embedding(ARCHIVED_ITEM, item_version=3), id="embed_archived"),
+])
+def test_enrichment_describes_any_version_of_an_item_whatever_its_status_now(
+        cmd: c.CommandBase) -> None:
+    assert len(decide(cmd, CTX, lookup_in(WORLD)).events) == 1
+
+
+def test_recording_an_embedding_leaves_the_item_version_a_client_expects_unchanged() -> None:
+    world = dict(WORLD)
+    decision = decide(_embedding(), CTX, lookup_in(world))
+    for payload in decision.events:  # folded as the writer folds them
+        world[decision.target] = evolve(world.get(decision.target), payload.event_type,
+                                        decision.space_id)
+
+    revision = c.ReviseMemory(space_id=SPACE, item_id=ITEM, content="x",
+                              expected_version=ITEM_VERSION)
+
+    assert world[_item(ITEM)] == WORLD[_item(ITEM)]
+    assert world[_enrichment(ITEM)].version == 1
+    assert len(decide(revision, CTX, lookup_in(world)).events) == 1
 
 
 def test_an_explicit_id_is_used_instead_of_the_fresh_one() -> None:
@@ -239,6 +306,10 @@ NOT_FOUND = [
         MISSING_SPACE, "retract_relation_unknown_space"),
     _nf(c.RecordFeedback(space_id=MISSING_SPACE, item_id=ITEM, signal="used"), "space",
         MISSING_SPACE, "feedback_unknown_space"),
+    _nf(_embedding(space_id=MISSING_SPACE), "space", MISSING_SPACE, "embedding_unknown_space"),
+    _nf(_entities(space_id=MISSING_SPACE), "space", MISSING_SPACE, "entities_unknown_space"),
+    _nf(_preference_of(space_id=MISSING_SPACE), "space", MISSING_SPACE,
+        "preference_unknown_space"),
     # something of another space is reported as missing, not as forbidden
     _nf(c.ReviseMemory(space_id=SPACE, item_id=OTHER_ITEM, content="x"), "memory item",
         OTHER_ITEM, "revise_other_space_item"),
@@ -264,6 +335,15 @@ NOT_FOUND = [
         OTHER_RELATION, "retract_other_space_relation"),
     _nf(c.RecordFeedback(space_id=SPACE, item_id=OTHER_ITEM, signal="used"), "memory item",
         OTHER_ITEM, "feedback_other_space_item"),
+    _nf(_embedding(OTHER_ITEM, item_version=1), "memory item", OTHER_ITEM,
+        "embedding_of_other_space_item"),
+    _nf(_entities(OTHER_ITEM, item_version=1), "memory item", OTHER_ITEM,
+        "entities_of_other_space_item"),
+    _nf(_preference_of(OTHER_MESSAGE), "preference source", OTHER_MESSAGE,
+        "preference_from_other_space_source"),
+    _nf(c.RecordEmbedding(space_id=SPACE, item_id=OTHER_ITEM, item_version=1, model="m",
+                          dims=1, vector=(1.0,), expected_version=0), "memory item",
+        OTHER_ITEM, "embedding_of_other_space_item_at_a_version"),
     # plainly missing
     _nf(c.ReviseMemory(space_id=SPACE, item_id=MISSING_ITEM, content="x"), "memory item",
         MISSING_ITEM, "revise_missing_item"),
@@ -281,6 +361,10 @@ NOT_FOUND = [
         MISSING_RELATION, "retract_missing_relation"),
     _nf(c.RecordFeedback(space_id=SPACE, item_id=MISSING_ITEM, signal="unused"), "memory item",
         MISSING_ITEM, "feedback_on_missing_item"),
+    _nf(_embedding(MISSING_ITEM, item_version=1), "memory item", MISSING_ITEM,
+        "embedding_of_missing_item"),
+    _nf(_entities(MISSING_ITEM, item_version=1), "memory item", MISSING_ITEM,
+        "entities_of_missing_item"),
 ]
 
 
@@ -325,6 +409,9 @@ CONFLICTS = [
         "retract_relation_archived_space"),
     _cf(c.RecordFeedback(space_id=A, item_id=ITEM, signal="used"), ARCHIVED_SPACE_VERSION,
         "feedback_archived_space"),
+    _cf(_embedding(space_id=A), ARCHIVED_SPACE_VERSION, "embedding_archived_space"),
+    _cf(_entities(space_id=A), ARCHIVED_SPACE_VERSION, "entities_archived_space"),
+    _cf(_preference_of(space_id=A), ARCHIVED_SPACE_VERSION, "preference_archived_space"),
     # creating what exists
     _cf(c.CreateSpace(space_id=SPACE), SPACE_VERSION, "create_existing_space"),
     _cf(c.CreateSpace(space_id=ARCHIVED_SPACE), ARCHIVED_SPACE_VERSION,
@@ -395,6 +482,19 @@ def test_an_item_cannot_supersede_itself() -> None:
         decide(cmd, CTX, lookup_in(WORLD))
 
     assert refusal.value.field == "superseded_by"
+
+
+@pytest.mark.parametrize("cmd", [
+    pytest.param(_embedding(item_version=ITEM_VERSION + 1), id="embedding"),
+    pytest.param(_entities(item_version=ITEM_VERSION + 1), id="entities"),
+])
+def test_enrichment_of_an_item_version_that_does_not_exist_yet_is_refused(
+        cmd: c.CommandBase) -> None:
+    with pytest.raises(Invalid) as refusal:
+        decide(cmd, CTX, lookup_in(WORLD))
+
+    assert refusal.value.field == "item_version"
+    assert str(ITEM_VERSION) in refusal.value.reason
 
 
 def test_setting_a_space_policy_takes_the_next_policy_version() -> None:

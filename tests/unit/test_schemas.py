@@ -136,6 +136,13 @@ def test_the_envelope_is_immutable() -> None:
 
 MEMORY = {"command": "assert_memory", "space_id": "notes", "kind": "fact", "content": "x"}
 ITEM = str(UUID(int=3))
+EMBEDDING = {"command": "record_embedding", "space_id": "notes", "item_id": ITEM,
+             "item_version": 1, "model": "mini", "dims": 2, "vector": [0.6, 0.8]}
+ENTITIES = {"command": "record_entities", "space_id": "notes", "item_id": ITEM,
+            "item_version": 1, "extractor": "rules",
+            "entities": [{"name": "Alice", "type": "person"}]}
+PREFERENCE = {"command": "record_preference", "space_id": "notes", "source_item_id": ITEM,
+              "rule_id": "likes", "category": "food", "value": "tea", "confidence": 0.7}
 
 
 @pytest.mark.parametrize("space_id", ["", "a.b", "a b", "a*", "a>", "x" * 65, "ümlaut"])
@@ -172,6 +179,17 @@ def test_a_command_accepts_a_slug(space_id: str) -> None:
                   "signal": "used", "rating": 3}, id="rating_without_rating_signal"),
     pytest.param({"command": "record_feedback", "space_id": "notes", "item_id": ITEM,
                   "signal": "rating", "rating": 6}, id="rating_out_of_range"),
+    pytest.param(EMBEDDING | {"item_version": 0}, id="embedding_of_version_zero"),
+    pytest.param(EMBEDDING | {"dims": 0, "vector": []}, id="embedding_of_no_dims"),
+    pytest.param(EMBEDDING | {"dims": 8_193, "vector": [0.0] * 8_193},
+                 id="embedding_of_too_many_dims"),
+    pytest.param(EMBEDDING | {"vector": [0.6, float("nan")]}, id="embedding_not_finite"),
+    pytest.param(EMBEDDING | {"model": ""}, id="embedding_without_model"),
+    pytest.param(ENTITIES | {"entities": [{"name": "A", "type": "t"}] * 257},
+                 id="too_many_entities"),
+    pytest.param(ENTITIES | {"entities": [{"name": "A"}]}, id="entity_without_type"),
+    pytest.param(PREFERENCE | {"confidence": 1.5}, id="preference_confidence_above_one"),
+    pytest.param(PREFERENCE | {"source_item_id": "not-a-uuid"}, id="preference_bad_source"),
 ])
 def test_a_malformed_command_is_refused(body: dict[str, Any]) -> None:
     model = c.BY_NAME[body["command"]]
@@ -188,11 +206,28 @@ def test_a_malformed_command_is_refused(body: dict[str, Any]) -> None:
                   "signal": "rating", "rating": 5}, id="rating_with_signal"),
     pytest.param({"command": "record_feedback", "space_id": "notes", "item_id": ITEM,
                   "signal": "unused"}, id="signal_without_rating"),
+    pytest.param(EMBEDDING, id="embedding"),
+    pytest.param(EMBEDDING | {"dims": 8_192, "vector": [0.0] * 8_192},
+                 id="embedding_of_most_dims"),
+    pytest.param(ENTITIES, id="entities"),
+    pytest.param(ENTITIES | {"entities": []}, id="no_entities_found"),
+    pytest.param(PREFERENCE, id="preference"),
 ])
 def test_a_well_formed_command_is_accepted(body: dict[str, Any]) -> None:
     command = c.BY_NAME[body["command"]].model_validate(body)
 
     assert command.model_dump()["command"] == body["command"]
+
+
+@pytest.mark.parametrize("vector", [[0.6], [0.6, 0.8, 0.0]])
+def test_an_embedding_whose_vector_length_is_not_dims_is_refused_at_the_vector(
+        vector: list[float]) -> None:
+    with pytest.raises(ValidationError) as refusal:
+        c.RecordEmbedding.model_validate(EMBEDDING | {"vector": vector})
+
+    (error,) = refusal.value.errors()
+    assert error["loc"] == ("vector",)
+    assert f"{len(vector)} entries but dims is 2" in error["msg"]
 
 
 def test_every_command_is_reachable_by_its_name() -> None:
@@ -219,6 +254,13 @@ def test_a_batch_picks_each_command_model_by_its_tag() -> None:
         {"command": "create_space", "space_id": "notes"}, MEMORY]})
 
     assert [type(command) for command in batch.commands] == [c.CreateSpace, c.AssertMemory]
+
+
+def test_a_batch_picks_the_enrichment_commands_by_their_tags() -> None:
+    batch = c.CommandBatch.model_validate({"commands": [EMBEDDING, ENTITIES, PREFERENCE]})
+
+    assert [type(command) for command in batch.commands] == [
+        c.RecordEmbedding, c.RecordEntities, c.RecordPreference]
 
 
 # --- subjects -------------------------------------------------------------------------------

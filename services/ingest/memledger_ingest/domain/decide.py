@@ -35,7 +35,8 @@ def decide(cmd: c.CommandBase, ctx: Context, lookup: Lookup) -> Decision:
 
 # --- checks ---------------------------------------------------------------------------------
 
-_WHAT = {"item": "memory item"}
+# Named as the handlers name them, so a refusal reads the same with or without a version.
+_WHAT = {"item": "memory item", "enrichment": "memory item", "preference": "preference source"}
 
 
 def _check_open_interval(cmd: c.CommandBase, ctx: Context) -> None:

@@ -51,6 +51,16 @@ def _live_item(lookup: Lookup, cur: StreamState | None, space_id: str, item: UUI
     return state
 
 
+def _enrichable_item(lookup: Lookup, space_id: str, item: UUID, item_version: int) -> None:
+    # Any status: an enrichment describes one version's content, which stays what it was even
+    # if the item was retracted or superseded while the enricher worked.
+    _active_space(lookup, space_id)
+    state = _existing(lookup(StreamRef("item", str(item))), space_id, "memory item", item)
+    if item_version > state.version:
+        raise Invalid("item_version", f"{item_version} is beyond the item's current version "
+                      f"{state.version}")
+
+
 # --- handlers -------------------------------------------------------------------------------
 # Each handler: (command, context, lookup, current state of the target) -> Decision.
 
@@ -234,6 +244,36 @@ def _record_feedback(cmd: c.RecordFeedback, ctx: Context, lookup: Lookup,
                     {"feedback_id": str(feedback_id)})
 
 
+def _record_embedding(cmd: c.RecordEmbedding, ctx: Context, lookup: Lookup,
+                      cur: StreamState | None) -> Decision:
+    _enrichable_item(lookup, cmd.space_id, cmd.item_id, cmd.item_version)
+    payload = e.MemoryEmbedded(item_id=cmd.item_id, item_version=cmd.item_version,
+                               model=cmd.model, dims=cmd.dims, vector=cmd.vector)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _record_entities(cmd: c.RecordEntities, ctx: Context, lookup: Lookup,
+                     cur: StreamState | None) -> Decision:
+    _enrichable_item(lookup, cmd.space_id, cmd.item_id, cmd.item_version)
+    payload = e.MemoryEntitiesExtracted(item_id=cmd.item_id, item_version=cmd.item_version,
+                                        extractor=cmd.extractor, entities=cmd.entities)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _record_preference(cmd: c.RecordPreference, ctx: Context, lookup: Lookup,
+                       cur: StreamState | None) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    # The source may be a message, which has no stream to check; but the preference stream of
+    # a source in another space must not take events of this one.
+    if cur is not None:
+        _existing(cur, cmd.space_id, "preference source", cmd.source_item_id)
+    payload = e.PreferenceExtracted(
+        source_item_id=cmd.source_item_id, rule_id=cmd.rule_id, category=cmd.category,
+        value=cmd.value, confidence=cmd.confidence)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"source_item_id": str(cmd.source_item_id)})
+
+
 def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, PLR0912
             cur: StreamState | None) -> Decision:
     # One case per command: a flat dispatch table that mypy can check.
@@ -272,4 +312,10 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _retract_relation(cmd, ctx, lookup, cur)
         case c.RecordFeedback():
             return _record_feedback(cmd, ctx, lookup, cur)
+        case c.RecordEmbedding():
+            return _record_embedding(cmd, ctx, lookup, cur)
+        case c.RecordEntities():
+            return _record_entities(cmd, ctx, lookup, cur)
+        case c.RecordPreference():
+            return _record_preference(cmd, ctx, lookup, cur)
     raise TypeError(f"unknown command {type(cmd).__name__}")

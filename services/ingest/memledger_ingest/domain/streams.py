@@ -5,7 +5,8 @@ from functools import lru_cache
 from typing import Literal
 from uuid import UUID, uuid5
 
-StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback"]
+StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
+                     "enrichment", "preference"]
 Status = Literal["active", "archived", "ended", "superseded", "retracted"]
 
 _NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")

@@ -88,6 +88,12 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
             return StreamRef("relation", str(cmd.relation_id))
         case c.RecordFeedback():
             return StreamRef("feedback", str(new_or(cmd.feedback_id, ctx)))
+        case c.RecordEmbedding() | c.RecordEntities():
+            # Not the item's stream: enrichment must never bump the item's version and so
+            # fail a client's expected_version on it.
+            return StreamRef("enrichment", str(cmd.item_id))
+        case c.RecordPreference():
+            return StreamRef("preference", str(cmd.source_item_id))
     raise TypeError(f"unknown command {type(cmd).__name__}")
 
 
@@ -100,7 +106,7 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:
         case c.AssertRelation():
             return (entity_ref(cmd.space_id, cmd.source_entity),
                     entity_ref(cmd.space_id, cmd.target_entity))
-        case c.RecordFeedback():
+        case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities():
             return (StreamRef("item", str(cmd.item_id)),)
     return ()
 
