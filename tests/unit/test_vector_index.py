@@ -1,23 +1,216 @@
-"""The VectorIndex contract, run against every adapter: the exact in-memory one, Qdrant Edge
-(in process) and the Qdrant server adapter on qdrant-client's local mode (no network)."""
+"""The VectorIndex contract (port.py's docstring) as one suite, run against every adapter: the
+exact in-memory one, Qdrant Edge (in process) and the Qdrant server adapter on qdrant-client's
+local mode (no network); tests/integration/test_qdrant_container.py runs it on a real Qdrant.
+Then what only Qdrant Edge does (a shard on disk), and the keyword encoder."""
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import qdrant_edge as qe
 from qdrant_client import QdrantClient
 
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, VectorIndex
+from memledger_platform.vectorindex.port import (
+    KEYWORD_FIELDS,
+    OPEN,
+    RANGE_FIELDS,
+    IndexedPoint,
+    Scope,
+    SparseVector,
+    VectorIndex,
+    idf,
+)
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
+from memledger_platform.vectorindex.sparse import (
+    encode_document,
+    encode_query,
+    stem,
+    term_index,
+    tokens,
+)
 
 T2020, T2022, T2024, NOW = 1.58e9, 1.64e9, 1.70e9, 1.79e9
+X, Y, Z = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
+COMMON, RARE, OTHER = 11, 22, 33
+
+
+def uuid_of(n: str) -> str:
+    return f"00000000-0000-0000-0000-{int(n):012d}"
+
+
+def point(n: str, vector: list[float] | None = X, sparse: dict[int, float] | None = None,
+          item: str | None = None, **payload: Any) -> IndexedPoint:
+    """Point ``n`` of item ``item`` (``n`` itself unless given), current and valid since 2020."""
+    base = {"tenant": "acme", "space": "s", "kind": "fact", "tags": [], "item_id": item or n,
+            "valid_from": T2020, "valid_to": OPEN, "sys_from": 1, "sys_to": OPEN}
+    return IndexedPoint(uuid_of(n), vector, {**base, **payload},
+                        terms(sparse) if sparse is not None else None)
+
+
+def terms(weights: dict[int, float]) -> SparseVector:
+    ordered = sorted(weights.items())
+    return SparseVector(tuple(i for i, _ in ordered), tuple(w for _, w in ordered))
+
+
+def now(**scope: Any) -> Scope:
+    return Scope(tenant=scope.pop("tenant", "acme"), valid_at=scope.pop("valid_at", NOW),
+                 **scope)
+
+
+def ids(index: VectorIndex, scope: Scope, vector: list[float] = X) -> list[str]:
+    return [h.payload["item_id"] for h in index.search(vector, scope, 10)]
+
+
+def keyword_ids(index: VectorIndex, scope: Scope, *query: int) -> list[str]:
+    found = index.search_sparse(terms(dict.fromkeys(query, 1.0)), scope, 10)
+    return [h.payload["item_id"] for h in found]
+
+
+class VectorIndexContract:
+    """Every test receives ``index``: an empty ``VectorIndex`` with 3 dimensions."""
+
+    def test_hits_come_best_first_and_at_most_k(self, index: VectorIndex) -> None:
+        index.upsert([point("1", X), point("2", [0.9, 0.1, 0]), point("3", Y)])
+        hits = index.search(X, now(), 2)
+        assert [h.payload["item_id"] for h in hits] == ["1", "2"]
+        assert hits[0].score >= hits[1].score
+
+    def test_a_dense_hit_carries_its_stored_vector_and_a_keyword_hit_none(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", [3.0, 4.0, 0.0], {RARE: 1.0})])
+        [dense] = index.search(X, now(), 1)
+        [keyword] = index.search_sparse(terms({RARE: 1.0}), now(), 1)
+        assert dense.vector == pytest.approx([0.6, 0.8, 0.0])
+        assert keyword.vector is None
+
+    def test_another_tenant_never_sees_a_point_in_either_search(self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}),
+                      point("2", X, {RARE: 1.0}, tenant="globex")])
+        assert ids(index, now()) == keyword_ids(index, now(), RARE) == ["1"]
+        assert ids(index, now(tenant="globex")) == keyword_ids(index, now(tenant="globex"), RARE)
+        assert keyword_ids(index, now(tenant="globex"), RARE) == ["2"]
+        assert ids(index, now(tenant="nobody")) == keyword_ids(index, now(tenant="no"), RARE) == []
+
+    def test_spaces_kinds_tags_session_and_agent_narrow_the_scope(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", space="a", kind="fact", tags=["x"], session="s1", agent="bot"),
+                      point("2", space="b", kind="decision", tags=["y", "z"])])
+        assert ids(index, now(spaces=("a",))) == ["1"]
+        assert ids(index, now(kinds=("decision",))) == ["2"]
+        assert ids(index, now(tags=("z", "q"))) == ["2"]
+        assert ids(index, now(session="s1")) == ["1"]
+        assert ids(index, now(agent="bot")) == ["1"]
+
+    def test_current_only_by_default_and_as_of_a_position_on_request(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", sys_from=1, sys_to=5),  # replaced at position 5
+                      point("2", sys_from=5)])
+        assert ids(index, now()) == ["2"]
+        assert ids(index, now(position=3)) == ["1"]
+        assert ids(index, now(position=5)) == ["2"]
+
+    def test_valid_time_bounds_are_half_open(self, index: VectorIndex) -> None:
+        index.upsert([point("1", valid_from=T2020, valid_to=T2022), point("2", valid_from=T2022)])
+        assert ids(index, now(valid_at=T2020)) == ["1"]
+        assert ids(index, now(valid_at=T2022)) == ["2"]
+        assert ids(index, now(valid_at=T2020 - 1)) == []
+
+    def test_an_upsert_of_the_same_id_replaces_the_whole_point_and_a_delete_removes_it(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {COMMON: 1.0}, tags=["old"])])
+        index.upsert([point("1", Y, {RARE: 1.0}, kind="decision")])
+        assert index.count() == 1
+        assert ids(index, now(kinds=("decision",)), Y) == ["1"]
+        assert ids(index, now(tags=("old",))) == []
+        assert keyword_ids(index, now(), COMMON) == []
+        assert keyword_ids(index, now(), RARE) == ["1"]
+        index.delete([uuid_of("1"), uuid_of("999")])
+        assert index.count() == 0
+
+    def test_a_dense_search_never_finds_a_point_without_a_dense_vector(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", None, {RARE: 1.0}), point("2", X), point("3", None, None)])
+        assert index.count() == 3
+        assert ids(index, now()) == ["2"]
+
+    def test_a_keyword_search_never_finds_a_point_without_a_sparse_vector_or_a_shared_term(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X), point("2", X, {RARE: 1.0}), point("3", X, {OTHER: 1.0}),
+                      point("4", X, {})])
+        assert keyword_ids(index, now(), RARE, COMMON) == ["2"]
+        assert index.search_sparse(SparseVector((), ()), now(), 10) == []
+
+    def test_a_rare_query_term_outranks_a_common_one(self, index: VectorIndex) -> None:
+        index.upsert([point("1", sparse={COMMON: 1.0}), point("2", sparse={RARE: 1.0}),
+                      *(point(str(n), sparse={COMMON: 1.0}) for n in range(3, 7))])
+        found = index.search_sparse(terms({COMMON: 1.0, RARE: 1.0}), now(), 2)
+        assert found[0].payload["item_id"] == "2"
+        assert found[0].score > found[1].score > 0
+
+    def test_a_keyword_score_is_query_weight_times_document_weight_times_idf(
+            self, index: VectorIndex) -> None:
+        # 4 points carry a sparse vector (the dense-only one is not in the IDF statistics):
+        # COMMON is in 3 of them, RARE in 1; all four tenants' points count.
+        index.upsert([point("1", sparse={COMMON: 0.5, RARE: 2.0}),
+                      point("2", sparse={COMMON: 1.0}), point("3", sparse={COMMON: 1.0}),
+                      point("4", sparse={OTHER: 1.0}, tenant="globex"), point("5", X)])
+        found = index.search_sparse(terms({COMMON: 1.5, RARE: 0.25}), now(), 1)
+        expected = 1.5 * 0.5 * idf(4, 3) + 0.25 * 2.0 * idf(4, 1)
+        assert found[0].score == pytest.approx(expected, rel=1e-5)
+        assert idf(4, 1) == pytest.approx(math.log(1 + 3.5 / 1.5))
+
+    def test_closing_a_point_by_payload_hides_it_now_but_not_as_of_before(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, sys_from=1)])
+        index.set_payload([uuid_of("1"), uuid_of("999")], {"sys_to": 5})
+        assert ids(index, now()) == keyword_ids(index, now(), RARE) == []
+        assert ids(index, now(position=3)) == keyword_ids(index, now(position=3), RARE) == ["1"]
+        [stored] = index.points("acme", "1")
+        assert stored.payload["sys_to"] == 5
+        assert stored.payload["space"] == "s"
+
+    def test_an_archived_point_is_hidden_from_its_archiving_on_but_not_before(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, sys_from=1), point("2", X, sys_from=1)])
+        index.set_payload([uuid_of("1")], {"archived_from": 5})
+        for position in (None, 5, 7):
+            assert ids(index, now(position=position)) == ["2"]
+            assert keyword_ids(index, now(position=position), RARE) == []
+        assert sorted(ids(index, now(position=4))) == ["1", "2"]
+        assert keyword_ids(index, now(position=4), RARE) == ["1"]
+
+    def test_setting_a_dense_vector_keeps_the_payload_and_the_keywords(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", None, {RARE: 2.0}, kind="decision"), point("2", Y)])
+        index.set_vectors({uuid_of("1"): [0.0, 0.0, 3.0], uuid_of("999"): X})
+        assert ids(index, now(), Z) == ["1", "2"]
+        [stored] = index.points("acme", "1")
+        assert stored.vector == pytest.approx(Z)
+        assert stored.sparse == terms({RARE: 2.0})
+        assert stored.payload["kind"] == "decision"
+        assert index.count() == 2
+
+    def test_the_points_of_an_item_come_back_whole_and_only_from_its_tenant(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", [0.0, 3.0, 4.0], {COMMON: 0.5}, item="7", sys_to=5),
+                      point("2", None, {RARE: 1.5}, item="7", sys_from=5),
+                      point("3", X, item="7", tenant="globex"), point("4", X, item="8")])
+        found = index.points("acme", "7")
+        assert [p.point_id for p in found] == [uuid_of("1"), uuid_of("2")]
+        assert found[0].vector == pytest.approx([0.0, 0.6, 0.8])  # stored unit-length
+        assert (found[0].sparse, found[1].vector, found[1].sparse) == (
+            terms({COMMON: 0.5}), None, terms({RARE: 1.5}))
+        assert found[1].payload == {**point("2", item="7", sys_from=5).payload,
+                                    "archived_from": OPEN}
+        assert index.points("acme", "9") == []
 
 
 @pytest.fixture(params=["memory", "qdrant-edge", "qdrant-client-local"])
-def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
+def any_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
     made: VectorIndex
     if request.param == "memory":
         made = InMemoryVectorIndex()
@@ -29,67 +222,74 @@ def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorInde
     made.close()
 
 
-def point(point_id: str, vector: list[float], **payload: Any) -> IndexedPoint:
-    base = {"tenant": "acme", "space": "s", "kind": "fact", "tags": [], "item_id": point_id,
-            "valid_from": T2020, "valid_to": OPEN, "sys_from": 1, "sys_to": OPEN}
-    return IndexedPoint(f"00000000-0000-0000-0000-{int(point_id):012d}", vector,
-                        {**base, **payload})
+class TestEveryAdapter(VectorIndexContract):
+    @pytest.fixture
+    def index(self, any_index: VectorIndex) -> VectorIndex:
+        return any_index
 
 
-def ids(index: VectorIndex, scope: Scope, vector: list[float] | None = None) -> list[str]:
-    return [h.payload["item_id"] for h in index.search(vector or [1.0, 0.0, 0.0], scope, 10)]
+def test_an_edge_shard_reopened_from_disk_keeps_its_points(tmp_path: Path) -> None:
+    first = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3)
+    first.upsert([point("1", X, {RARE: 1.0}), point("2", None, {COMMON: 1.0})])
+    first.optimize()
+    first.close()
+    again = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3)
+    try:
+        assert again.count() == 2
+        assert ids(again, now()) == keyword_ids(again, now(), RARE) == ["1"]
+    finally:
+        again.close()
 
 
-def now(**scope: Any) -> Scope:
-    return Scope(tenant=scope.pop("tenant", "acme"), valid_at=scope.pop("valid_at", NOW),
-                 **scope)
+def test_an_edge_shard_indexes_every_field_a_scope_filters_on(tmp_path: Path) -> None:
+    QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3).close()
+    shard = qe.EdgeShard.load(str(tmp_path / "vectors"))
+    try:
+        assert set(shard.info().payload_schema) == {*KEYWORD_FIELDS, *RANGE_FIELDS}
+    finally:
+        shard.close()
 
 
-def test_hits_come_best_first_and_at_most_k(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0]), point("2", [0.9, 0.1, 0]), point("3", [0, 1, 0])])
-    hits = index.search([1.0, 0.0, 0.0], now(), 2)
-    assert [h.payload["item_id"] for h in hits] == ["1", "2"]
-    assert hits[0].score >= hits[1].score
+def test_tokens_are_lowercase_words_without_stopwords_or_single_characters() -> None:
+    assert tokens("The Cat, a dog & I: 42 x-rays! Zürich") == ["cat", "dog", "42", "ray",
+                                                            "zürich"]
+    assert tokens("") == tokens("the of and") == []
 
 
-def test_another_tenant_never_sees_a_point(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0]), point("2", [1, 0, 0], tenant="globex")])
-    assert ids(index, now()) == ["1"]
-    assert ids(index, now(tenant="globex")) == ["2"]
-    assert ids(index, now(tenant="nobody")) == []
+def test_tokens_are_stemmed_lightly() -> None:
+    assert tokens("Alice's queries") == ["alice", "query"]
+    assert [stem(w) for w in ("items", "classes", "class", "status", "analysis", "yes")] == [
+        "item", "class", "class", "status", "analysis", "yes"]
 
 
-def test_spaces_kinds_tags_session_and_agent_narrow_the_scope(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0], space="a", kind="fact", tags=["x"], session="s1",
-                        agent="bot"),
-                  point("2", [1, 0, 0], space="b", kind="decision", tags=["y", "z"])])
-    assert ids(index, now(spaces=("a",))) == ["1"]
-    assert ids(index, now(kinds=("decision",))) == ["2"]
-    assert ids(index, now(tags=("z", "q"))) == ["2"]
-    assert ids(index, now(session="s1")) == ["1"]
-    assert ids(index, now(agent="bot")) == ["1"]
+def test_a_term_index_is_the_first_four_bytes_of_blake2b_in_31_bits() -> None:
+    assert term_index("cat") == 0x06B059C0  # pinned: every process and release must agree
+    assert all(0 <= term_index(w) < 2**31 for w in ("a", "zürich", "x" * 500))
 
 
-def test_current_only_by_default_and_as_of_a_position_on_request(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0], sys_from=1, sys_to=5),  # replaced at position 5
-                  point("2", [1, 0, 0], sys_from=5)])
-    assert ids(index, now()) == ["2"]
-    assert ids(index, now(position=3)) == ["1"]
-    assert ids(index, now(position=5)) == ["2"]
+def test_a_document_weighs_its_terms_by_saturated_length_normalised_frequency() -> None:
+    found = encode_document("cat cat dog", avg_len=3.0)
+    weights = dict(zip(found.indices, found.values, strict=True))
+    assert list(found.indices) == sorted(found.indices)
+    assert weights[term_index("cat")] == pytest.approx(2 * 2.2 / (2 + 1.2))
+    assert weights[term_index("dog")] == pytest.approx(1 * 2.2 / (1 + 1.2))
+    assert encode_document("cat cat dog", avg_len=3.0) == found  # deterministic
 
 
-def test_valid_time_bounds_are_half_open(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0], valid_from=T2020, valid_to=T2022),
-                  point("2", [1, 0, 0], valid_from=T2022)])
-    assert ids(index, now(valid_at=T2020)) == ["1"]
-    assert ids(index, now(valid_at=T2022)) == ["2"]
-    assert ids(index, now(valid_at=T2020 - 1)) == []
+def test_a_longer_document_weighs_the_same_term_less() -> None:
+    short, long = encode_document("cat"), encode_document("cat " + "dog " * 60)
+    assert short.values[short.indices.index(term_index("cat"))] > long.values[
+        long.indices.index(term_index("cat"))]
 
 
-def test_an_upsert_of_the_same_id_replaces_and_a_delete_removes(index: VectorIndex) -> None:
-    index.upsert([point("1", [1, 0, 0])])
-    index.upsert([point("1", [0, 1, 0], kind="decision")])
-    assert index.count() == 1
-    assert ids(index, now(kinds=("decision",))) == ["1"]
-    index.delete([point("1", [0, 0, 1]).point_id, "00000000-0000-0000-0000-000000000999"])
-    assert index.count() == 0
+def test_a_query_weighs_each_distinct_term_once() -> None:
+    found = encode_query("Cats and cats and dogs")
+    assert found == SparseVector(tuple(sorted([term_index("cat"), term_index("dog")])),
+                                 (1.0, 1.0))
+    assert encode_query("the") == encode_document("") == SparseVector((), ())
+
+
+def test_a_sparse_vector_refuses_unsorted_duplicate_or_out_of_range_indices() -> None:
+    for indices in ((2, 1), (1, 1), (-1,), (2**31,)):
+        with pytest.raises(ValueError, match="sparse"):
+            SparseVector(indices, (1.0,) * len(indices))

@@ -24,7 +24,10 @@ SERVICES = {
               "(distributed mode; `up` runs it for you)"),
     "projector": ("memledger_projector.bootstrap", "run the projector alone: events -> read "
                   "models (distributed mode; `up` runs it for you)"),
-    "query": ("memledger_query.bootstrap", "run the query service alone (distributed mode)"),
+    "enricher": ("memledger_enricher.bootstrap", "run the enricher alone: events -> "
+                 "embeddings and extractions -> ingest (distributed mode; `up` runs it)"),
+    "query": ("memledger_query.bootstrap", "run the query service alone, with the vector "
+              "projector (distributed mode)"),
 }
 """Services a distributed deployment runs one process each of: module with ``run(settings)``."""
 

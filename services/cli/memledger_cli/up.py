@@ -23,18 +23,21 @@ def up(settings: Settings) -> None:
             _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url)
 
         async def services(stop: asyncio.Event) -> None:
-            # The relay and the projector get processes (and cores) of their own; they stop
-            # after ingest, so the last commits are published and projected before they go.
+            # The relay, the projector and the enricher get processes (and cores) of their
+            # own; they stop after ingest, so the last commits are published and projected
+            # before they go. The vector index is fed inside this process (ADR 0006).
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
                 name, _child_argv(name), _child_env(endpoints), children_stop))
-                for name in ("relay", "projector")]
+                for name in ("relay", "projector", "enricher")]
             query = await asyncio.to_thread(build_query, settings, endpoints.postgres_dsn)
+            vectors = asyncio.create_task(query.project_vectors(
+                settings, endpoints.nats_url, children_stop))
             try:
                 await serve(settings, endpoints, stop, ready, also=query.app)
             finally:
                 children_stop.set()
-                await asyncio.gather(*children)
+                await asyncio.gather(*children, vectors)
                 await asyncio.to_thread(query.close)
 
         run_service(run_until_signalled(services))
@@ -54,6 +57,7 @@ def _child_env(endpoints: Endpoints) -> dict[str, str]:
 def _banner(settings: Settings, url: str, dsn: str, nats_url: str) -> None:
     body = '{"space_id": "demo"}'
     fact = '{"kind": "fact", "content": "The sky is blue"}'
+    search = '{"query": "what colour is the sky?", "explain": true}'
     print(f"""
 memledger is up ({settings.mode})
   HTTP API   {url}   (GET {url}/health, OpenAPI at {url}/openapi.json)
@@ -62,5 +66,6 @@ memledger is up ({settings.mode})
 try:
   curl -s -X POST {url}/v1/spaces -H 'content-type: application/json' -d '{body}'
   curl -s -X POST {url}/v1/spaces/demo/memories -H 'content-type: application/json' -d '{fact}'
+  curl -s -X POST {url}/v1/search -H 'content-type: application/json' -d '{search}'
 Ctrl-C stops memledger and its engines.
 """, flush=True)

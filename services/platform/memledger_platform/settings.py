@@ -49,6 +49,20 @@ class Settings(BaseSettings):
     intake_enabled: bool = True
     intake_batch: int = Field(default=256, ge=1, le=10_000)
 
+    embedder: Literal["auto", "local", "cohere", "hashing"] = Field(
+        default="auto", description="auto: Cohere when a key is set, else the local model; "
+        "hashing is a model-free stand-in for tests")
+    cohere_api_key: str | None = Field(default=None, repr=False)
+    cohere_model: str = "embed-v4.0"
+    cohere_dims: int = Field(default=1024, ge=1, le=8_192)
+    cohere_base_url: str | None = None
+    enricher_batch: int = Field(default=64, ge=1, le=1_000)
+    enricher_reply_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    qdrant_url: str | None = Field(default=None, description="distributed mode: a Qdrant "
+                                   "server; otherwise Qdrant Edge under the data directory")
+    qdrant_collection: str = Field(default="memledger", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    vector_batch: int = Field(default=256, ge=1, le=10_000)
+
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
@@ -59,7 +73,15 @@ class Settings(BaseSettings):
             if missing:
                 raise ValueError("distributed mode needs " + " and ".join(
                     ENV_PREFIX + m.upper() for m in missing))
+        if self.embedder == "cohere" and not self.cohere_api_key:
+            raise ValueError("MEMLEDGER_EMBEDDER=cohere needs MEMLEDGER_COHERE_API_KEY")
         return self
+
+    @property
+    def embedder_kind(self) -> Literal["local", "cohere", "hashing"]:
+        if self.embedder == "auto":
+            return "cohere" if self.cohere_api_key else "local"
+        return self.embedder
 
     @property
     def subjects(self) -> Subjects:

@@ -51,6 +51,7 @@ class Projection:
     agents: dict[Key, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[Key, dict[str, Any]] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    preferences: list[dict[str, Any]] = field(default_factory=list)
     items: dict[Key, dict[str, Any]] = field(default_factory=dict)
     rows: dict[Key, list[Version]] = field(default_factory=dict)
     """Every row of each item held here: current ones, and those closed while held."""
@@ -145,6 +146,14 @@ def _message_appended(p: Projection, e: Event) -> None:
         "content": e.payload.get("content", e.payload.get("text")),
         "participant": e.payload.get("participant"), "agent_id": e.agent_id,
         "recorded_at": e.recorded_at})
+
+
+def _preference_extracted(p: Projection, e: Event) -> None:
+    p.preferences.append({
+        "tenant_id": e.tenant_id, "space_id": e.space_id, "position": e.position,
+        "source_item_id": e.payload["source_item_id"], "rule_id": e.payload["rule_id"],
+        "category": e.payload["category"], "value": e.payload["value"],
+        "confidence": e.payload["confidence"], "recorded_at": e.recorded_at})
 
 
 def _asserted(p: Projection, e: Event) -> None:
@@ -244,7 +253,8 @@ _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
     "conversation.message_appended": _message_appended, "memory.asserted": _asserted,
     "memory.revised": _revised, "memory.retracted": _retracted,
     "memory.superseded": _superseded, "memory.reaffirmed": _reaffirmed,
-    "memory.archived": _archived, "entity.upserted": _entity_upserted,
+    "memory.archived": _archived, "preference.extracted": _preference_extracted,
+    "entity.upserted": _entity_upserted,
     "relation.asserted": _relation_asserted, "relation.retracted": _relation_retracted,
 }
 

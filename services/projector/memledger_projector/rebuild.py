@@ -27,6 +27,7 @@ BULK_EVENTS = 500_000
 _HASHED = {
     "spaces": "tenant_id, space_id", "agents": "tenant_id, agent_id",
     "sessions": "tenant_id, session_id", "messages": "tenant_id, message_id",
+    "preferences": "tenant_id, position",
     "items": "tenant_id, item_id", "entities": "tenant_id, space_id, entity_id",
     "relations": "tenant_id, relation_id", "changes": "position",
 }

@@ -34,6 +34,11 @@ CREATE TABLE IF NOT EXISTS {s}.messages (
     tenant_id text, space_id text NOT NULL, session_id uuid NOT NULL, message_id uuid,
     position bigint NOT NULL, role text NOT NULL, content text NOT NULL, participant text,
     agent_id text, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant_id, message_id));
+CREATE TABLE IF NOT EXISTS {s}.preferences (
+    tenant_id text, space_id text NOT NULL, position bigint, source_item_id uuid NOT NULL,
+    rule_id text NOT NULL, category text NOT NULL, value text NOT NULL,
+    confidence float8 NOT NULL, recorded_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, position));
 CREATE TABLE IF NOT EXISTS {s}.items (
     tenant_id text, space_id text NOT NULL, item_id uuid, kind text NOT NULL,
     status text NOT NULL, superseded_by uuid, session_id uuid, agent_id text,
@@ -64,6 +69,7 @@ CREATE TABLE IF NOT EXISTS {s}.changes (
 
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS messages_by_session ON {s}.messages (tenant_id, session_id, position);
+CREATE INDEX IF NOT EXISTS preferences_by_space ON {s}.preferences (tenant_id, space_id, position);
 CREATE INDEX IF NOT EXISTS items_by_space ON {s}.items (tenant_id, space_id, status);
 CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions (tenant_id, item_id, sys_from);
 CREATE INDEX IF NOT EXISTS changes_by_space ON {s}.changes (tenant_id, space_id, position);

@@ -160,6 +160,7 @@ def _flush(conn: Connection[Any], s: str, projection: Projection) -> None:
         _upsert(conn, s, table, key_columns, rows)
     _write_versions(conn, s, projection)
     _copy(conn, s, "messages", projection.messages)
+    _copy(conn, s, "preferences", projection.preferences)
     _copy_lines(conn, s, "changes", _CHANGE_COLUMNS, [_change_line(c)
                                                      for c in projection.changes])
 

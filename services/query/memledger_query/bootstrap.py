@@ -1,4 +1,9 @@
-"""The composition root of the query service."""
+"""The composition root of the query service: PostgreSQL read models for plain and temporal
+reads; the vector index, its projector and the query embedder for search and context.
+
+The vector projector runs inside the query service (ADR 0006): in the embedded mode the index
+is Qdrant Edge, an in-process engine that one process owns, and search must read it there.
+"""
 
 import asyncio
 from collections.abc import Callable
@@ -8,12 +13,18 @@ import psycopg
 from fastapi import FastAPI
 from psycopg_pool import ConnectionPool
 
-from memledger_platform import http_server
+from memledger_enricher import embedders
+from memledger_enricher.embedding import Embedder
+from memledger_platform import bus, http_server
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.settings import Settings
+from memledger_platform.vectorindex.factory import model_slug, open_index
+from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
+from memledger_projector.vector_consumer import DURABLE, VectorProjector
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
+from memledger_query.semantic_http import Semantic, add_routes
 
 QUERY_PORT = 8421
 
@@ -23,13 +34,28 @@ class QueryService:
     app: FastAPI
     pool: ConnectionPool[psycopg.Connection[object]]
     store: PostgresEventStore
+    index: VectorIndex
+    vectors: VectorProjector
+
+    async def project_vectors(self, settings: Settings, nats_url: str, stop: asyncio.Event
+                              ) -> None:
+        """Keep the vector index fed from the events stream until ``stop`` is set."""
+        nc = await bus.connect(nats_url, "memledger-vectors")
+        try:
+            js = nc.jetstream()
+            await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+            await self.vectors.run(js, stop)
+        finally:
+            await nc.close()
 
     def close(self) -> None:
         self.pool.close()
         self.store.close()
+        self.index.close()
 
 
-def build(settings: Settings, dsn: str) -> QueryService:
+def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
+          index: VectorIndex | None = None) -> QueryService:
     """The query app over ``dsn`` (its pool opens here; ``close`` it)."""
     names = schema.Names(settings.postgres_schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -39,11 +65,18 @@ def build(settings: Settings, dsn: str) -> QueryService:
         kwargs={"autocommit": True})
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
                                                   pool_size=2))
-    app = create_app(Reader(pool, names), store, settings.tenant_fallback)
-    return QueryService(app, pool, store)
+    embedder = embedder or embedders.from_settings(settings)
+    index = index or open_index(settings, embedder.model_id, embedder.dims)
+    vectors = VectorProjector(settings.subjects, index, embedder.model_id,
+                              batch=settings.vector_batch,
+                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}")
+    reader = Reader(pool, names)
+    app = create_app(reader, store, settings.tenant_fallback)
+    add_routes(app, Semantic(index, embedder, vectors, reader), settings.tenant_fallback)
+    return QueryService(app, pool, store, index, vectors)
 
 
-async def serve(settings: Settings, dsn: str, stop: asyncio.Event,
+async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,
                 on_ready: Callable[[str], None] | None = None) -> None:
     """The query service on its own port (distributed mode)."""
     service = await asyncio.to_thread(build, settings, dsn)
@@ -51,16 +84,19 @@ async def serve(settings: Settings, dsn: str, stop: asyncio.Event,
                             setting="MEMLEDGER_HTTP_PORT")
     if on_ready is not None:
         on_ready(http_server.address(sock))
+    vectors = asyncio.create_task(service.project_vectors(settings, nats_url, stop))
     try:
         await http_server.serve(service.app, sock, stop)
     finally:
+        stop.set()
+        await vectors
         await asyncio.to_thread(service.close)
 
 
 async def run(settings: Settings) -> None:
     from memledger_platform.lifecycle import run_until_signalled
 
-    if not settings.postgres_dsn:
-        raise ValueError("set MEMLEDGER_POSTGRES_DSN")
-    dsn = settings.postgres_dsn
-    await run_until_signalled(lambda stop: serve(settings, dsn, stop, print))
+    if not settings.postgres_dsn or not settings.nats_url:
+        raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
+    dsn, url = settings.postgres_dsn, settings.nats_url
+    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop, print))

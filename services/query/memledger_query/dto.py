@@ -126,3 +126,15 @@ class Graph(Frozen):
     basis: Basis
     entities: list[Entity]
     relations: list[Relation]
+
+
+class Preference(Frozen):
+    """A preference (or profile fact, habit, restriction...) the extraction rules found."""
+
+    category: str
+    value: str
+    confidence: float
+    rule_id: str
+    source_item_id: str
+    position: int
+    recorded_at: datetime

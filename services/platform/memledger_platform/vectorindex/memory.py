@@ -1,10 +1,22 @@
 """An exact, in-memory ``VectorIndex``: for unit tests, and the ground truth of recall."""
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from memledger_platform.vectorindex.port import Hit, IndexedPoint, Scope, VectorIndex, in_scope
+from memledger_platform.vectorindex.port import (
+    Hit,
+    IndexedPoint,
+    Scope,
+    SparseVector,
+    VectorIndex,
+    idf,
+    in_scope,
+    stored_payload,
+)
 
 
 class InMemoryVectorIndex(VectorIndex):
@@ -12,20 +24,74 @@ class InMemoryVectorIndex(VectorIndex):
         self._points: dict[str, IndexedPoint] = {}
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
-        self._points.update({p.point_id: p for p in points})
+        self._points.update({p.point_id: _stored(p) for p in points})
 
     def delete(self, point_ids: Sequence[str]) -> None:
         for point_id in point_ids:
             self._points.pop(point_id, None)
 
+    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
+        for p in self._existing(point_ids):
+            self._points[p.point_id] = replace(p, payload={**p.payload, **values})
+
+    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
+        for p in self._existing(list(vectors)):
+            self._points[p.point_id] = replace(p, vector=_unit_list(vectors[p.point_id]))
+
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         query = _unit(vector)
-        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), p.payload)
-                  for p in self._points.values() if in_scope(p.payload, scope)]
-        return sorted(scored, key=lambda hit: (-hit.score, hit.point_id))[:k]
+        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), dict(p.payload), p.vector)
+                  for p in self._points.values()
+                  if p.vector is not None and in_scope(p.payload, scope)]
+        return _best(scored, k)
+
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+        weights = self._idf_weighted(query)
+        scored = [Hit(p.point_id, _dot(weights, p.sparse), dict(p.payload))
+                  for p in self._points.values()
+                  if p.sparse is not None and in_scope(p.payload, scope)]
+        return _best([h for h in scored if h.score > 0], k)
+
+    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
+        return sorted((p for p in self._points.values()
+                       if p.payload["tenant"] == tenant and p.payload.get("item_id") == item_id),
+                      key=lambda p: p.point_id)
 
     def count(self) -> int:
         return len(self._points)
+
+    def _existing(self, point_ids: Iterable[str]) -> list[IndexedPoint]:
+        return [self._points[i] for i in point_ids if i in self._points]
+
+    def _idf_weighted(self, query: SparseVector) -> dict[int, float]:
+        """The query's weights times each term's IDF, over every point with a sparse vector
+        (all tenants: the statistics Qdrant's IDF modifier keeps)."""
+        corpus = [p.sparse for p in self._points.values() if p.sparse is not None]
+        terms = set(query.indices)
+        containing = Counter(i for s in corpus for i in s.indices if i in terms)
+        return {i: w * idf(len(corpus), containing[i])
+                for i, w in zip(query.indices, query.values, strict=True)}
+
+
+def _stored(point: IndexedPoint) -> IndexedPoint:
+    """``point`` as Qdrant keeps it: the dense vector unit-length (cosine keeps only its
+    direction), an empty sparse vector as none (so it never counts in the IDF statistics)."""
+    vector = _unit_list(point.vector) if point.vector is not None else None
+    sparse = point.sparse if point.sparse is not None and point.sparse.indices else None
+    return replace(point, vector=vector, payload=stored_payload(point.payload), sparse=sparse)
+
+
+def _unit_list(vector: Sequence[float]) -> list[float]:
+    return [float(x) for x in _unit(vector)]
+
+
+def _dot(weights: dict[int, float], sparse: SparseVector | None) -> float:
+    pairs = zip(sparse.indices, sparse.values, strict=True) if sparse is not None else ()
+    return sum(weights.get(i, 0.0) * v for i, v in pairs)
+
+
+def _best(hits: list[Hit], k: int) -> list[Hit]:
+    return sorted(hits, key=lambda hit: (-hit.score, hit.point_id))[:k]
 
 
 def _unit(vector: Sequence[float]) -> "np.typing.NDArray[np.float64]":

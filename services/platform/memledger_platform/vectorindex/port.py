@@ -1,31 +1,69 @@
-"""``VectorIndex``: vectors with the scope and time bounds of the item version they belong to.
+"""``VectorIndex``: the points of item versions, each with a dense vector (cosine), a sparse
+keyword vector (BM25-style term weights) or both, and the scope and time bounds of its version.
 
 Contract (one suite checks every adapter):
 
-- ``upsert`` of a point id that exists replaces it (ids are deterministic per item version, so
-  a redelivered projection write is harmless);
-- ``search`` returns at most ``k`` hits, best first (cosine), only inside ``scope``: the tenant
-  always; spaces, kinds, tags (any of), session and agent when given; and in time: the
-  version valid at ``valid_at`` (``valid_from <= t < valid_to``) and known at ``position``
-  (``sys_from <= p < sys_to``), or, with no ``position``, the versions still current.
+- ``upsert`` of a point id that exists replaces the whole point (ids are deterministic per item
+  version, so a redelivered projection write is harmless); a payload without ``archived_from``
+  is stored with ``archived_from = OPEN``, so every engine filters it as one indexed range;
+- ``set_payload`` and ``set_vectors`` change points that exist and ignore ids that do not;
+- ``search`` (dense) and ``search_sparse`` (keywords) return at most ``k`` hits, best first,
+  only inside ``scope`` (``in_scope`` is its meaning): the tenant always; spaces, kinds, tags
+  (any of), session and agent when given; and in time: the version valid at ``valid_at``
+  (``valid_from <= t < valid_to``), known at ``position`` (``sys_from <= p < sys_to``) and not
+  yet archived then (``p < archived_from``), or, with no ``position``, the versions current now;
+- a point without the vector a search uses is never a hit of that search.
 """
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 OPEN = 9.0e15
 """The bound of an open interval (larger than any timestamp in seconds or any position)."""
 
+MAX_TERM = 2**31
+"""Sparse indices are below this: Qdrant stores them as unsigned 32-bit, and 31 bits keep them
+non-negative in every client."""
+
+KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id")
+RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_to", "archived_from")
+"""The payload fields scopes and ``points`` filter on: the engines that can index payload index
+these (keyword and float), so a filtered search stays fast at 100k points."""
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """Term weights: ``indices`` unique and ascending in ``[0, MAX_TERM)``, one value each."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        # Checked here so a bad vector fails at its maker, not deep inside one engine.
+        if len(self.indices) != len(self.values):
+            raise ValueError("a sparse vector needs exactly one value per index")
+        if any(not 0 <= i < MAX_TERM for i in self.indices):
+            raise ValueError(f"sparse indices must lie in [0, {MAX_TERM})")
+        if any(a >= b for a, b in zip(self.indices, self.indices[1:], strict=False)):
+            raise ValueError("sparse indices must be unique and ascending")
+
 
 @dataclass(frozen=True)
 class IndexedPoint:
     point_id: str
-    vector: Sequence[float]
+    """A UUID string in canonical form (lowercase, hyphenated): the form engines return."""
+    vector: Sequence[float] | None
+    """Dense (cosine); ``None`` until the item is embedded."""
     payload: dict[str, Any]
     """tenant, space, kind, tags, session, agent, item_id, valid_from, valid_to (epoch
-    seconds, ``OPEN`` if unbounded), sys_from, sys_to (positions, ``OPEN`` if current), ..."""
+    seconds, ``OPEN`` if unbounded), sys_from, sys_to, archived_from (positions, ``OPEN`` if
+    current / not archived), ..."""
+    sparse: SparseVector | None = None
+    """Keyword term weights (BM25-style, see ``sparse.encode_document``); an empty one is
+    stored as none, since it could never match."""
 
 
 @dataclass(frozen=True)
@@ -45,27 +83,68 @@ class Hit:
     point_id: str
     score: float
     payload: dict[str, Any] = field(default_factory=dict)
+    vector: Sequence[float] | None = None
+    """The point's dense vector as stored (unit-length) on a dense hit, for ranking that
+    compares hits with each other; ``None`` on a keyword hit."""
 
 
 class VectorIndex(ABC):
     @abstractmethod
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
-        """Insert or replace ``points``."""
+        """Insert ``points``, or replace whole points (vectors and payload) that exist."""
 
     @abstractmethod
     def delete(self, point_ids: Sequence[str]) -> None:
         """Remove points (ids that are absent are ignored)."""
 
     @abstractmethod
+    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
+        """Merge ``values`` into the payload of each point that exists (others are ignored)."""
+
+    @abstractmethod
+    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Set or replace the dense vector of each point that exists, keeping its payload and
+        sparse vector (absent ids are ignored)."""
+
+    @abstractmethod
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        """The ``k`` nearest points inside ``scope``, best first."""
+        """The ``k`` nearest points by cosine inside ``scope``, best first; points without a
+        dense vector are never hits."""
+
+    @abstractmethod
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+        """The ``k`` best keyword matches inside ``scope``, best first. A point's score is the
+        sum over the terms it shares with ``query`` of query weight * its weight * ``idf``
+        (statistics over every point in the index that has a sparse vector, as Qdrant's IDF
+        modifier computes them). Points sharing no term are never hits; scores are > 0."""
+
+    @abstractmethod
+    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
+        """Every point of ``item_id`` in ``tenant``, by id, with its payload as stored, its
+        sparse vector and its dense vector as stored: unit-length (cosine keeps direction)."""
 
     @abstractmethod
     def count(self) -> int:
         """How many points are indexed."""
 
+    def optimize(self) -> None:  # noqa: B027  (optional: only engines that build indexes)
+        """Index what was added since the last call (HNSW); searches stay correct without it,
+        only slower."""
+
     def close(self) -> None:  # noqa: B027  (optional: most adapters hold nothing to release)
         """Release resources (flushing what is pending)."""
+
+
+def idf(total: int, containing: int) -> float:
+    """Qdrant's IDF modifier: ``total`` points with a sparse vector, ``containing`` with the
+    term. Always > 0, so every shared term adds to a score."""
+    return math.log(1 + (total - containing + 0.5) / (containing + 0.5))
+
+
+def stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as every adapter stores it: with ``archived_from`` (a range condition on a
+    missing key fails in Qdrant, while ``in_scope`` reads a missing key as ``OPEN``)."""
+    return {"archived_from": OPEN, **payload}
 
 
 @dataclass(frozen=True)
@@ -79,11 +158,12 @@ class Condition:
 
 def conditions(scope: Scope) -> list[Condition]:
     """The scope as payload conditions, all of which must hold (``in_scope`` is their meaning)."""
-    position = OPEN - 1 if scope.position is None else scope.position
+    position = _position(scope)
     found = [Condition("tenant", "eq", scope.tenant),
              Condition("valid_from", "lte", scope.valid_at),
              Condition("valid_to", "gt", scope.valid_at),
-             Condition("sys_from", "lte", position), Condition("sys_to", "gt", position)]
+             Condition("sys_from", "lte", position), Condition("sys_to", "gt", position),
+             Condition("archived_from", "gt", position)]
     for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
         if values:
             found.append(Condition(key, "any", list(values)))
@@ -93,9 +173,14 @@ def conditions(scope: Scope) -> list[Condition]:
     return found
 
 
+def item_conditions(tenant: str, item_id: str) -> list[Condition]:
+    """The points of one item in one tenant (what ``points`` reads)."""
+    return [Condition("tenant", "eq", tenant), Condition("item_id", "eq", item_id)]
+
+
 def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
     """The scope as a predicate: the in-memory adapter's filter, and the spec of the others."""
-    position = OPEN - 1 if scope.position is None else scope.position
+    position = _position(scope)
     return (payload["tenant"] == scope.tenant
             and (not scope.spaces or payload["space"] in scope.spaces)
             and (not scope.kinds or payload["kind"] in scope.kinds)
@@ -103,4 +188,10 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (scope.session is None or payload.get("session") == scope.session)
             and (scope.agent is None or payload.get("agent") == scope.agent)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
-            and payload["sys_from"] <= position < payload["sys_to"])
+            and payload["sys_from"] <= position < payload["sys_to"]
+            and position < payload.get("archived_from", OPEN))
+
+
+def _position(scope: Scope) -> float:
+    # "Current" is a position just below OPEN: still inside every open interval.
+    return OPEN - 1 if scope.position is None else scope.position

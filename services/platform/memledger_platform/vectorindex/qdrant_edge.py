@@ -1,46 +1,81 @@
-"""``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW,
-kept under a directory of its own."""
+"""``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW for
+the dense vector and an inverted index with IDF for the keywords, under a directory of its own."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import qdrant_edge as qe
 
 from memledger_platform.vectorindex.port import (
+    KEYWORD_FIELDS,
+    RANGE_FIELDS,
     Condition,
     Hit,
     IndexedPoint,
     Scope,
+    SparseVector,
     VectorIndex,
     conditions,
+    item_conditions,
+    stored_payload,
 )
+
+DENSE, KEYWORDS = "dense", "keywords"
+_PAGE = 256
 
 
 class QdrantEdgeVectorIndex(VectorIndex):
     def __init__(self, path: Path, dims: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine))
-        try:
-            self._shard = qe.EdgeShard.load(str(path), config)
-        except Exception:
-            self._shard = qe.EdgeShard.create(str(path), config)
+        # Load what is there, else create: falling back to create after any failed load would
+        # bury the real error (an incompatible shard) under "path has segments".
+        opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
+        self._shard = opened(str(path), _config(dims))
+        self._index_payload()
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
             self._shard.update(qe.UpdateOperation.upsert_points(
-                [qe.Point(id=p.point_id, vector=list(p.vector), payload=p.payload)
+                [qe.Point(id=p.point_id, vector=_vectors(p), payload=stored_payload(p.payload))
                  for p in points]))
 
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:
             self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
 
+    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
+        # By filter: set_payload by ids fails on the first absent id, a filter skips it.
+        if point_ids:
+            self._shard.update(qe.UpdateOperation.set_payload_by_filter(
+                qe.Filter(must=[qe.HasIdCondition(set(point_ids))]), values))
+
+    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
+        # update_vectors fails on an absent id, so only the ids found are updated.
+        found = self._shard.retrieve(list(vectors), with_payload=False, with_vector=False)
+        self._shard.update(qe.UpdateOperation.update_vectors(
+            [qe.PointVectors(r.id, {DENSE: list(vectors[str(r.id)])}) for r in found]))
+
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found = self._shard.query(qe.QueryRequest(
-            limit=k, query=qe.Query.Nearest(list(vector)), filter=_filter(scope),
-            with_payload=True))
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
+        found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, [DENSE])
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {}), _dense(p.vector))
+                for p in found]
+
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+        if not query.indices:
+            return []
+        named = qe.SparseVector(list(query.indices), list(query.values))
+        found = self._query(qe.Query.Nearest(named, using=KEYWORDS), scope, k, False)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
+                for p in found if p.score > 0]
+
+    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
+        where = _filter(item_conditions(tenant, item_id))
+        found, offset = self._scroll(where, None)
+        while offset is not None:
+            more, offset = self._scroll(where, offset)
+            found += more
+        return sorted((_point(r) for r in found), key=lambda p: p.point_id)
 
     def count(self) -> int:
         return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
@@ -53,12 +88,65 @@ class QdrantEdgeVectorIndex(VectorIndex):
         self._shard.flush()
         self._shard.close()
 
+    def _query(self, query: qe.Query, scope: Scope, k: int,
+               with_vector: bool | list[str]) -> list[qe.ScoredPoint]:
+        return self._shard.query(qe.QueryRequest(
+            limit=k, query=query, filter=_filter(conditions(scope)), with_payload=True,
+            with_vector=with_vector))
 
-def _filter(scope: Scope) -> Any:
-    return qe.Filter(must=[_condition(c) for c in conditions(scope)])
+    def _scroll(self, where: qe.Filter, offset: Any) -> tuple[list[qe.Record], Any]:
+        return self._shard.scroll(qe.ScrollRequest(
+            offset=offset, limit=_PAGE, filter=where, with_payload=True, with_vector=True))
+
+    def _index_payload(self) -> None:
+        """Index the scope's fields that are not yet indexed (a reopened shard has them)."""
+        indexed = self._shard.info().payload_schema
+        wanted: dict[str, Any] = {
+            **{key: qe.KeywordIndexParams(is_tenant=key == "tenant") for key in KEYWORD_FIELDS},
+            **dict.fromkeys(RANGE_FIELDS, qe.PayloadSchemaType.Float)}
+        for key, schema in wanted.items():
+            if key not in indexed:
+                self._shard.update(qe.UpdateOperation.create_field_index(key, schema))
 
 
-def _condition(c: Condition) -> Any:
+def _config(dims: int) -> qe.EdgeConfig:
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)},
+        sparse_vectors={KEYWORDS: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+
+
+def _vectors(point: IndexedPoint) -> dict[str, Any]:
+    """The named vectors of ``point``: a missing one is left out (an empty sparse vector too)."""
+    named: dict[str, Any] = {}
+    if point.vector is not None:
+        named[DENSE] = list(point.vector)
+    if point.sparse is not None and point.sparse.indices:
+        named[KEYWORDS] = qe.SparseVector(list(point.sparse.indices), list(point.sparse.values))
+    return named
+
+
+def _point(record: qe.Record) -> IndexedPoint:
+    sparse = _named(record.vector).get(KEYWORDS)
+    return IndexedPoint(
+        str(record.id), _dense(record.vector), dict(record.payload or {}),
+        SparseVector(tuple(sparse.indices), tuple(float(v) for v in sparse.values))
+        if sparse is not None else None)
+
+
+def _dense(vectors: Any) -> list[float] | None:
+    found = _named(vectors).get(DENSE)
+    return [float(x) for x in found] if found is not None else None
+
+
+def _named(vectors: Any) -> dict[str, Any]:
+    return vectors if isinstance(vectors, dict) else {}
+
+
+def _filter(found: list[Condition]) -> qe.Filter:
+    return qe.Filter(must=[_condition(c) for c in found])
+
+
+def _condition(c: Condition) -> qe.FieldCondition:
     if c.op == "eq":
         return qe.FieldCondition(key=c.key, match=qe.MatchValue(c.value))
     if c.op == "any":

@@ -2,18 +2,28 @@
 adapter runs against qdrant-client's local mode (``location=":memory:"``) in tests, and
 against a real Qdrant where Docker exists."""
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 
 from memledger_platform.vectorindex.port import (
+    KEYWORD_FIELDS,
+    RANGE_FIELDS,
     Condition,
     Hit,
     IndexedPoint,
     Scope,
+    SparseVector,
     VectorIndex,
     conditions,
+    item_conditions,
+    stored_payload,
 )
+
+DENSE, KEYWORDS = "dense", "keywords"
+_PAGE = 256
 
 
 class QdrantServerVectorIndex(VectorIndex):
@@ -21,13 +31,19 @@ class QdrantServerVectorIndex(VectorIndex):
         self._client = client
         self._collection = collection
         if not client.collection_exists(collection):
-            client.create_collection(collection, vectors_config=models.VectorParams(
-                size=dims, distance=models.Distance.COSINE))
+            client.create_collection(
+                collection,
+                vectors_config={DENSE: models.VectorParams(
+                    size=dims, distance=models.Distance.COSINE)},
+                sparse_vectors_config={KEYWORDS: models.SparseVectorParams(
+                    modifier=models.Modifier.IDF)})
+        self._index_payload()
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
             self._client.upsert(self._collection, wait=True, points=[
-                models.PointStruct(id=p.point_id, vector=list(p.vector), payload=p.payload)
+                models.PointStruct(id=p.point_id, vector=_vectors(p),
+                                   payload=stored_payload(p.payload))
                 for p in points])
 
     def delete(self, point_ids: Sequence[str]) -> None:
@@ -35,10 +51,42 @@ class QdrantServerVectorIndex(VectorIndex):
             self._client.delete(self._collection, wait=True,
                                 points_selector=models.PointIdsList(points=list(point_ids)))
 
+    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
+        # By filter: set_payload by ids fails on the first absent id, a filter skips it.
+        if point_ids:
+            self._client.set_payload(self._collection, values, wait=True, points=models.Filter(
+                must=[models.HasIdCondition(has_id=list(point_ids))]))
+
+    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
+        # update_vectors fails on an absent id, so only the ids found are updated.
+        if not vectors:
+            return
+        found = self._client.retrieve(self._collection, list(vectors),
+                                      with_payload=False, with_vectors=False)
+        if found:
+            self._client.update_vectors(self._collection, wait=True, points=[
+                models.PointVectors(id=r.id, vector={DENSE: list(vectors[str(r.id)])})
+                for r in found])
+
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found = self._client.query_points(self._collection, query=list(vector), limit=k,
-                                          query_filter=_filter(scope), with_payload=True)
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found.points]
+        found = self._query(list(vector), DENSE, scope, k)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {}), _dense(p.vector))
+                for p in found]
+
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+        if not query.indices:
+            return []
+        named = models.SparseVector(indices=list(query.indices), values=list(query.values))
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
+                for p in self._query(named, KEYWORDS, scope, k) if p.score > 0]
+
+    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
+        where = _filter(item_conditions(tenant, item_id))
+        found, offset = self._scroll(where, None)
+        while offset is not None:
+            more, offset = self._scroll(where, offset)
+            found += more
+        return sorted((_point(r) for r in found), key=lambda p: p.point_id)
 
     def count(self) -> int:
         return int(self._client.count(self._collection, exact=True).count)
@@ -46,9 +94,65 @@ class QdrantServerVectorIndex(VectorIndex):
     def close(self) -> None:
         self._client.close()
 
+    def _query(self, query: Any, using: str, scope: Scope, k: int) -> list[models.ScoredPoint]:
+        # Only a dense hit carries its vector (see Hit.vector): keyword hits skip the transfer.
+        return self._client.query_points(
+            self._collection, query=query, using=using, limit=k,
+            query_filter=_filter(conditions(scope)), with_payload=True,
+            with_vectors=[DENSE] if using == DENSE else False).points
 
-def _filter(scope: Scope) -> models.Filter:
-    return models.Filter(must=[_condition(c) for c in conditions(scope)])
+    def _scroll(self, where: models.Filter, offset: Any) -> tuple[list[models.Record], Any]:
+        return self._client.scroll(self._collection, scroll_filter=where, limit=_PAGE,
+                                   offset=offset, with_payload=True, with_vectors=True)
+
+    def _index_payload(self) -> None:
+        """Index the scope's fields that are not yet indexed (an existing collection has them)."""
+        indexed = self._client.get_collection(self._collection).payload_schema
+        wanted: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {
+            "tenant": models.KeywordIndexParams(
+                type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+            **dict.fromkeys(KEYWORD_FIELDS[1:], models.PayloadSchemaType.KEYWORD),
+            **dict.fromkeys(RANGE_FIELDS, models.PayloadSchemaType.FLOAT)}
+        with warnings.catch_warnings():
+            # Local mode warns that it has no payload indexes (it filters by scanning): true,
+            # and nothing to act on, since the same calls index a real server.
+            warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
+            for key, schema in wanted.items():
+                if key not in indexed:
+                    self._client.create_payload_index(
+                        self._collection, key, field_schema=schema, wait=True)
+
+
+def _vectors(point: IndexedPoint) -> dict[str, Any]:
+    """The named vectors of ``point``: a missing one is left out (an empty sparse vector too)."""
+    named: dict[str, Any] = {}
+    if point.vector is not None:
+        named[DENSE] = list(point.vector)
+    if point.sparse is not None and point.sparse.indices:
+        named[KEYWORDS] = models.SparseVector(indices=list(point.sparse.indices),
+                                              values=list(point.sparse.values))
+    return named
+
+
+def _point(record: models.Record) -> IndexedPoint:
+    sparse = _named(record.vector).get(KEYWORDS)
+    return IndexedPoint(
+        str(record.id), _dense(record.vector), dict(record.payload or {}),
+        SparseVector(tuple(sparse.indices), tuple(sparse.values))
+        if isinstance(sparse, models.SparseVector) else None)
+
+
+def _dense(vectors: Any) -> list[float] | None:
+    found = _named(vectors).get(DENSE)
+    return [float(x) for x in found] if isinstance(found, list) else None
+
+
+def _named(vectors: Any) -> dict[str, Any]:
+    return vectors if isinstance(vectors, dict) else {}
+
+
+def _filter(found: list[Condition]) -> models.Filter:
+    return models.Filter(must=[_condition(c) for c in found])
 
 
 def _condition(c: Condition) -> models.FieldCondition:

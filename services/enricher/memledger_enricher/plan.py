@@ -1,0 +1,132 @@
+"""What the enricher makes of one event: pure, so the same event always yields the same
+commands with the same idempotency keys (a redelivered event, or one seen again after a
+restart, is answered from the first commit instead of being recorded twice).
+
+- a memory item's content (asserted, or revised with new content) is embedded
+  (``record_embedding``) and scanned for entity mentions (``record_entities``);
+- that content, and what a user says in a conversation, is scanned by the extraction rules
+  (``record_preference``).
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from memledger_enricher.extraction import Extraction, extract
+from memledger_schemas.commands import (
+    CommandBase,
+    RecordEmbedding,
+    RecordEntities,
+    RecordPreference,
+)
+from memledger_schemas.events import ExtractedEntity
+
+EVENT_TYPES = ("memory.asserted", "memory.revised", "conversation.message_appended")
+"""The events the enricher reads; it ignores every other (including its own results)."""
+
+EXTRACTOR = "mentions/v1"
+ACTOR = "enricher"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A text to enrich, and where it came from."""
+
+    tenant: str
+    space: str
+    item_id: UUID
+    """The memory item, or the conversation message."""
+    item_version: int | None
+    """The item's stream version that set this content; ``None`` for a message."""
+    text: str
+    correlation_id: str
+
+    @property
+    def embeds(self) -> bool:
+        return self.item_version is not None
+
+
+def source_of(document: dict[str, Any]) -> Source | None:
+    """The text an event carries worth enriching, or ``None``."""
+    payload = document["payload"]
+    event_type = document["event_type"]
+    if event_type in ("memory.asserted", "memory.revised"):
+        if not payload.get("content"):
+            return None  # a revision of attributes only: the embedding still holds
+        return _source(document, UUID(str(payload["item_id"])), int(document["stream_version"]),
+                       payload["content"])
+    if event_type == "conversation.message_appended" and payload.get("role") == "user":
+        text = payload.get("content", payload.get("text"))
+        return _source(document, UUID(str(payload["message_id"])), None, text) if text else None
+    return None
+
+
+def _source(document: dict[str, Any], item_id: UUID, version: int | None, text: str) -> Source:
+    return Source(document["tenant_id"], document["space_id"], item_id, version, text,
+                  document.get("correlation_id") or str(document["event_id"]))
+
+
+def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:
+    """The commands recording what was learned from ``source`` (``vector``: its embedding,
+    when it embeds)."""
+    found: list[CommandBase] = []
+    common: dict[str, Any] = {"actor": ACTOR, "correlation_id": source.correlation_id[:512]}
+    version = source.item_version
+    if vector is not None and version is not None:
+        found.append(RecordEmbedding(
+            idempotency_key=_key("embed", source, model), space_id=source.space,
+            item_id=source.item_id, item_version=version, model=model, dims=len(vector),
+            vector=tuple(vector), **common))
+    extractions = extract(source.text)
+    for index, extraction in enumerate(extractions):
+        found.append(RecordPreference(
+            idempotency_key=_key("pref", source, f"{index}/{extraction.rule_id}"),
+            space_id=source.space, source_item_id=source.item_id, rule_id=extraction.rule_id,
+            category=extraction.category, value=extraction.value,
+            confidence=extraction.confidence, **common))
+    entities = mentions(source.text, extractions)
+    if entities and version is not None:
+        found.append(RecordEntities(
+            idempotency_key=_key("entities", source, EXTRACTOR), space_id=source.space,
+            item_id=source.item_id, item_version=version, extractor=EXTRACTOR,
+            entities=tuple(entities), **common))
+    return found
+
+
+def _key(what: str, source: Source, detail: str) -> str:
+    return f"enricher/{what}/{source.item_id}/{source.item_version or 0}/{detail}"
+
+
+# --- entity mentions ------------------------------------------------------------------------
+
+_CAPITALISED = re.compile(r"\b[A-Z][\w'&-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'&-]*)*")
+_NOT_NAMES = frozenset((
+    "i", "i'm", "i've", "i'd", "i'll", "a", "an", "the", "my", "our", "your", "his", "her",
+    "their", "this", "that", "these", "those", "it", "its", "we", "you", "he", "she", "they",
+    "there", "here", "when", "what", "where", "which", "who", "why", "how", "if", "but", "and",
+    "or", "so", "yes", "no", "please", "thanks", "hello", "hi", "remind"))
+_TYPE_BY_CATEGORY = {"profile.name": "person", "profile.company": "organization",
+                     "profile.location": "place", "profile.language": "language"}
+
+
+def mentions(text: str, extractions: list[Extraction] | None = None) -> list[ExtractedEntity]:
+    """Named things in ``text``: the values of profile rules, typed (person, organization,
+    place, language), then other capitalised phrases as untyped mentions. Deterministic and
+    cheap; a model-based extractor can replace it under another ``extractor`` id."""
+    typed = {e.value: _TYPE_BY_CATEGORY[e.category]
+             for e in (extract(text) if extractions is None else extractions)
+             if e.category in _TYPE_BY_CATEGORY}
+    found = dict(typed)
+    for match in _CAPITALISED.finditer(text):
+        name = _trim(match.group(0))
+        if name and name not in found and not any(name in known for known in typed):
+            found[name] = "mention"
+    return [ExtractedEntity(name=name[:512], type=kind) for name, kind in found.items()][:256]
+
+
+def _trim(phrase: str) -> str:
+    words = phrase.split()
+    while words and words[0].lower() in _NOT_NAMES:
+        words = words[1:]
+    return " ".join(words)

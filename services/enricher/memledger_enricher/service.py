@@ -1,0 +1,105 @@
+"""The enricher's JetStream consumer: memory and conversation events → embeddings, extracted
+preferences and entity mentions, recorded back through ingest as commands.
+
+Acknowledgement policy: a fetched batch is embedded in one model call (in a worker thread, so
+the event loop keeps the consumer's heartbeat), its commands are sent to intake, and the events
+are acked once every command has a committed result (or was refused, which intake has already
+dead-lettered with the reason). If ingest does not answer in time, or the model fails, the batch
+is nak'd and comes back later; the commands carry deterministic idempotency keys, so sending them
+again records nothing twice. Writes never wait for any of this: the enricher runs behind the log.
+"""
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any
+
+import orjson
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from memledger_enricher.embedding import Embedder
+from memledger_enricher.intake_client import IntakeClient
+from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
+from memledger_platform.bus import fetch_ready
+from memledger_schemas.commands import CommandBase
+from memledger_schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+DURABLE = "enricher"
+ACK_WAIT_SECONDS = 120.0
+RETRY_DELAY_SECONDS = 5.0
+
+
+class Enricher:
+    def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
+                 intake: IntakeClient, *, batch: int = 64) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._embedder = embedder
+        self._intake = intake
+        self._batch = batch
+        self.enriched = 0
+        self.refused = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set."""
+        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
+        sub = await self._js.pull_subscribe(
+            self._subjects.all_events, durable=DURABLE, stream=self._subjects.events_stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
+                                  deliver_policy=DeliverPolicy.ALL, filter_subjects=filters,
+                                  max_ack_pending=self._batch * 4))
+        while not stop.is_set():
+            msgs = await fetch_ready(sub, self._batch, wait=0.5)
+            if msgs:
+                await self.handle(msgs)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Enrich a fetched batch and settle every message of it."""
+        sources = [source for source in map(_source, msgs) if source is not None]
+        try:
+            commands = await self._commands(sources)
+            for tenant, batch in _by_tenant(commands).items():
+                self._count(await self._intake.send(tenant, batch))
+        except Exception as error:  # the model or ingest failed: all of it comes back later
+            log.warning("enricher will retry %d events in %.0fs: %r", len(msgs),
+                        RETRY_DELAY_SECONDS, error)
+            await asyncio.gather(*(m.nak(delay=RETRY_DELAY_SECONDS) for m in msgs))
+            return
+        self.enriched += len(sources)
+        await asyncio.gather(*(m.ack() for m in msgs))
+
+    async def _commands(self, sources: list[Source]) -> list[tuple[str, CommandBase]]:
+        embedding = [s for s in sources if s.embeds]
+        vectors = await asyncio.to_thread(self._embedder.embed_documents,
+                                          [s.text for s in embedding]) if embedding else []
+        by_source = {id(s): v for s, v in zip(embedding, vectors, strict=True)}
+        model = self._embedder.model_id
+        return [(s.tenant, command) for s in sources
+                for command in commands_for(s, by_source.get(id(s)), model)]
+
+    def _count(self, results: list[dict[str, Any]]) -> None:
+        for result in results:
+            if "error" in result:
+                # Intake has dead-lettered it with the reason; nothing to retry.
+                self.refused += 1
+                log.error("enricher command refused: %s", result["error"].get("message"))
+
+
+def _source(msg: Msg) -> Source | None:
+    try:
+        return source_of(orjson.loads(msg.data))
+    except (ValueError, KeyError, TypeError) as error:
+        # Undecodable here means the projector dead-letters it too; enrichment skips it.
+        log.error("enricher skipped an undecodable event on %s: %r", msg.subject, error)
+        return None
+
+
+def _by_tenant(commands: list[tuple[str, CommandBase]]) -> dict[str, list[CommandBase]]:
+    grouped: dict[str, list[CommandBase]] = defaultdict(list)
+    for tenant, command in commands:
+        grouped[tenant].append(command)
+    return grouped

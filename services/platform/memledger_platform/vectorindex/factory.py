@@ -1,0 +1,26 @@
+"""The vector index the settings ask for: Qdrant Edge under the data directory (embedded), or
+a Qdrant server (``MEMLEDGER_QDRANT_URL``). One index per embedding model: vectors of two
+models cannot be compared, so changing the model starts a new index, filled from the log."""
+
+import re
+
+from memledger_platform.settings import Settings
+from memledger_platform.vectorindex.port import VectorIndex
+
+
+def model_slug(model_id: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", model_id.lower()).strip("-")[:48]
+
+
+def open_index(settings: Settings, model_id: str, dims: int) -> VectorIndex:
+    slug = model_slug(model_id)
+    if settings.qdrant_url:
+        from qdrant_client import QdrantClient
+
+        from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
+
+        return QdrantServerVectorIndex(QdrantClient(url=settings.qdrant_url),
+                                       f"{settings.qdrant_collection}-{slug}", dims)
+    from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+
+    return QdrantEdgeVectorIndex(settings.home.expanduser() / "vectors" / slug, dims)

@@ -1,0 +1,137 @@
+"""The vector projector: events in stream order → the vector index, ack after the write.
+
+It reads every event (its position is then the log's, so a read with ``min_position`` from
+any write can wait on it) but decodes only memory events, by their type header. The index
+writes are idempotent (see ``vectors``), so a batch that failed half-way is simply applied
+again; an index that is down is retried in place with backoff, keeping the batch in progress.
+An event the fold cannot read goes to ``<prefix>.dlq.vectors.<tenant>`` with the reason.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import orjson
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from memledger_platform.bus import fetch_ready
+from memledger_platform.vectorindex.port import VectorIndex
+from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
+from memledger_schemas.subjects import (
+    HDR_DLQ_REASON,
+    HDR_DLQ_SUBJECT,
+    HDR_EVENT_TYPE,
+    HDR_POSITION,
+    Subjects,
+)
+
+log = logging.getLogger(__name__)
+
+DURABLE = "projector-vectors"
+ACK_WAIT_SECONDS = 30.0
+MAX_RETRY_SECONDS = 10.0
+
+
+class VectorProjector:
+    def __init__(self, subjects: Subjects, index: VectorIndex, model: str, *,
+                 batch: int = 256, durable: str = DURABLE) -> None:
+        self._js: JetStreamContext | None = None
+        self._subjects = subjects
+        self._index = index
+        self._fold = VectorFold(index.points, model)
+        self._batch = batch
+        self._durable = durable
+        self._advanced = asyncio.Condition()
+        self.dead_letters = 0
+        self._unoptimized = 0
+
+    @property
+    def position(self) -> int:
+        """The log position every event up to which is in the index."""
+        return self._fold.position
+
+    async def wait_for(self, position: int, seconds: float) -> bool:
+        """Whether the index reaches ``position`` within ``seconds``."""
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(self._advanced.wait_for(
+                    lambda: self.position >= position), seconds)
+            except TimeoutError:
+                return False
+        return True
+
+    async def run(self, js: JetStreamContext, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set."""
+        self._js = js
+        if await asyncio.to_thread(self._index.count) == 0:
+            # An empty index (new, or its files were removed) must be filled from the start
+            # of the log, whatever an earlier consumer of that name had acknowledged.
+            await _forget_consumer(js, self._subjects.events_stream, self._durable)
+        sub = await js.pull_subscribe(
+            self._subjects.all_events, durable=self._durable,
+            stream=self._subjects.events_stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
+                                  deliver_policy=DeliverPolicy.ALL,
+                                  max_ack_pending=self._batch * 2))
+        while not stop.is_set():
+            msgs = await fetch_ready(sub, self._batch, wait=0.5)
+            if msgs:
+                await self.handle(msgs)
+            elif self._unoptimized:
+                # Caught up: build the HNSW graph for what arrived, off the hot path.
+                self._unoptimized = 0
+                await asyncio.to_thread(self._index.optimize)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Fold a fetched batch into the index and settle every message of it."""
+        for msg in msgs:
+            await self._fold_one(msg)
+        upserts, gone = self._fold.take()
+        self._unoptimized += len(upserts)
+        delay = 0.5
+        while True:
+            try:
+                await asyncio.to_thread(self._write, upserts, gone)
+                break
+            except Exception as error:  # the index is unavailable: keep the batch, retry
+                log.warning("vector projector retrying a write in %.1fs: %r", delay, error)
+                await asyncio.gather(*(m.in_progress() for m in msgs))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+        await asyncio.gather(*(m.ack() for m in msgs))
+        async with self._advanced:
+            self._advanced.notify_all()
+
+    def _write(self, upserts: list, gone: list[str]) -> None:  # type: ignore[type-arg]
+        self._index.upsert(upserts)
+        self._index.delete(gone)
+
+    async def _fold_one(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        if headers.get(HDR_EVENT_TYPE) not in EVENT_TYPES:
+            if HDR_POSITION in headers:
+                self._fold.position = max(self._fold.position, int(headers[HDR_POSITION]))
+            return
+        try:
+            self._fold.apply(vector_event(orjson.loads(msg.data)))
+        except (ValueError, KeyError, TypeError) as error:
+            await self._dead_letter(msg, f"vector fold: {error!r}")
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        head = f"{self._subjects.prefix}.evt."
+        tenant = msg.subject[len(head):].split(".", 1)[0] if msg.subject.startswith(
+            head) else "_invalid"
+        assert self._js is not None  # dead letters only come from a running consumer
+        await self._js.publish(self._subjects.dead_letter("vectors", tenant), msg.data,
+                               headers={HDR_DLQ_REASON: reason[:1024],
+                                        HDR_DLQ_SUBJECT: msg.subject})
+        self.dead_letters += 1
+        log.error("vector projector dead-lettered %s: %s", msg.subject, reason)
+
+
+async def _forget_consumer(js: JetStreamContext, stream: str, durable: str) -> None:
+    with contextlib.suppress(NotFoundError):
+        await js.delete_consumer(stream, durable)

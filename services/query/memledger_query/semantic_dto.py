@@ -1,0 +1,147 @@
+"""Requests and answers of search and context (validated at the HTTP boundary; a bad field
+is a 422 naming it)."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+from uuid import UUID
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from memledger_query.dto import Basis, Frozen
+from memledger_query.ranking import Mode
+from memledger_schemas.events import MemoryKind
+from memledger_schemas.types import AgentId, SpaceId, Tag
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError("must carry a timezone offset, e.g. 2026-01-01T00:00:00Z")
+    return value
+
+
+Instant = Annotated[datetime | None, AfterValidator(_aware)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Weights(Strict):
+    dense: float = Field(default=0.7, ge=0, le=1)
+    keyword: float = Field(default=0.3, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> "Weights":
+        if self.dense + self.keyword <= 0:
+            raise ValueError("at least one of dense and keyword must be above 0")
+        return self
+
+
+class LayerLimits(Strict):
+    session: int = Field(default=10, ge=0, le=100)
+    project: int = Field(default=20, ge=0, le=100)
+    ecosystem: int = Field(default=10, ge=0, le=100)
+
+
+class TimeTravel(Strict):
+    valid_at: Instant = Field(default=None, description="valid time (default: now)")
+    as_of_position: int | None = Field(default=None, ge=0,
+                                       description="system time as a global position")
+    recorded_at: Instant = Field(default=None, description="system time as a timestamp")
+    min_position: int | None = Field(default=None, ge=0, description="wait until projected")
+    wait_ms: int = Field(default=2_000, ge=0, le=30_000)
+
+
+class SearchRequest(TimeTravel):
+    query: str = Field(min_length=1, max_length=4_096)
+    spaces: list[SpaceId] = Field(default_factory=list, max_length=64,
+                                  description="empty: every space of the tenant")
+    session_id: UUID | None = None
+    agent_id: AgentId | None = None
+    kinds: list[MemoryKind] = Field(default_factory=list)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    subject: str | None = Field(default=None, max_length=512)
+    mode: Mode = "planning"
+    k: int | None = Field(default=None, ge=1, le=100, description="default: the mode's")
+    threshold: float | None = Field(default=None, ge=0, le=1,
+                                    description="minimum relevance (default: the mode's)")
+    scope: Literal["filtered", "hierarchical"] = Field(
+        default="filtered", description="hierarchical: the session's memories, then the "
+        "project's (spaces), then the ecosystem's (the whole tenant), each with its limit")
+    layers: LayerLimits = Field(default_factory=LayerLimits)
+    weights: Weights = Field(default_factory=Weights)
+    explain: bool = False
+
+    @model_validator(mode="after")
+    def _hierarchy_needs_session(self) -> "SearchRequest":
+        if self.scope == "hierarchical" and self.session_id is None:
+            raise ValueError("scope 'hierarchical' needs session_id")
+        return self
+
+
+class SearchHit(Frozen):
+    item_id: str
+    space_id: str
+    kind: str
+    content: str
+    tags: list[str]
+    importance: float
+    confidence: float
+    session_id: str | None
+    agent_id: str | None
+    valid_from: float
+    valid_to: float | None
+    layer: str
+    score: float
+    relevance: float
+    explain: dict[str, float] | None = None
+
+
+class SearchAnswer(Frozen):
+    basis: Basis
+    mode: str
+    threshold: float
+    model: str
+    results: list[SearchHit]
+    collapsed: dict[str, str]
+    """Near-duplicates left out: item id → the item it duplicates."""
+
+
+class ContextShares(Strict):
+    session: int = Field(default=1_000, ge=0)
+    memories: int = Field(default=500, ge=0)
+    preferences: int = Field(default=300, ge=0)
+    history: int = Field(default=1_500, ge=0)
+
+
+class ContextRequest(TimeTravel):
+    space_id: SpaceId
+    session_id: UUID | None = None
+    query: str | None = Field(default=None, min_length=1, max_length=4_096,
+                              description="default: the session's last user message")
+    budget_tokens: int = Field(default=3_300, ge=16, le=1_000_000)
+    shares: ContextShares = Field(default_factory=ContextShares)
+
+
+class ContextEntry(Frozen):
+    text: str
+    ref: str
+    tokens: int
+    score: float | None = None
+
+
+class ContextSection(Frozen):
+    name: str
+    allowance: int
+    used_tokens: int
+    entries: list[ContextEntry]
+
+
+class ContextAnswer(Frozen):
+    basis: Basis
+    budget_tokens: int
+    used_tokens: int
+    tokenizer: str
+    query: str | None
+    sections: list[ContextSection]
+    rendered: str

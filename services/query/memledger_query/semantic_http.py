@@ -1,0 +1,207 @@
+"""HTTP for semantic memory: ``POST /v1/search`` and ``POST /v1/context``.
+
+Both answer from the vector read model (current, or as of ``valid_at`` / ``as_of_position``)
+with their basis; recency decay is computed at the basis' valid time, so passing the basis
+back (``valid_at`` and ``as_of_position``) repeats a ranking exactly.
+"""
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from fastapi import FastAPI
+
+from memledger_enricher.embedding import Embedder
+from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
+from memledger_query import context as packing
+from memledger_query import context_views, views
+from memledger_query.dto import Basis
+from memledger_query.http import TENANT_HEADER, Problem, Tenant, _json
+from memledger_query.ranking import MODES, Ranked, Recipe
+from memledger_query.reader import NotYetVisible, Reader
+from memledger_query.semantic import Layer
+from memledger_query.semantic import search as semantic_search
+from memledger_query.semantic_dto import (
+    ContextAnswer,
+    ContextEntry,
+    ContextRequest,
+    ContextSection,
+    SearchAnswer,
+    SearchHit,
+    SearchRequest,
+    TimeTravel,
+)
+
+_QUERY_CACHE = 2_048
+
+
+class Progress(Protocol):
+    """How far the vector index has got (the vector projector)."""
+
+    @property
+    def position(self) -> int: ...
+
+    async def wait_for(self, position: int, seconds: float) -> bool: ...
+
+
+@dataclass
+class Semantic:
+    index: VectorIndex
+    embedder: Embedder
+    progress: Progress
+    reader: Reader
+    recipe: Recipe = field(default_factory=Recipe)
+
+    def __post_init__(self) -> None:
+        self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
+            _QUERY_CACHE)(lambda text: tuple(self.embedder.embed_query(text)))
+
+
+def add_routes(app: FastAPI, semantic: Semantic, default_tenant: str | None) -> None:
+    @app.post("/v1/search", response_model=SearchAnswer)
+    async def search(body: SearchRequest, x_tenant: Tenant = None) -> Any:
+        tenant = _tenant(x_tenant, default_tenant)
+        at = await _basis(semantic, body)
+        return _json(await asyncio.to_thread(_search, semantic, tenant, body, at))
+
+    @app.post("/v1/context", response_model=ContextAnswer)
+    async def context(body: ContextRequest, x_tenant: Tenant = None) -> Any:
+        tenant = _tenant(x_tenant, default_tenant)
+        at = await _basis(semantic, body)
+        await _wait_read_model(semantic, body, at)
+        return _json(await asyncio.to_thread(_context, semantic, tenant, body, at))
+
+
+def _tenant(header: str | None, default: str | None) -> str:
+    if header is None and default is None:
+        raise Problem(422, "invalid_request", "required", f"header.{TENANT_HEADER}")
+    return header or str(default)
+
+
+async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
+    """Wait for the index to reach what the request names, then fix the basis."""
+    wanted = max([p for p in (body.min_position, body.as_of_position) if p is not None],
+                 default=None)
+    if wanted is not None and not await semantic.progress.wait_for(wanted, body.wait_ms / 1000):
+        raise Problem(503, "not_yet_visible", f"the vector index reached position "
+                      f"{semantic.progress.position}, not {wanted}, in time",
+                      "body.min_position", projected_position=semantic.progress.position)
+    valid_at = body.valid_at or datetime.now(UTC)
+    position, recorded_at = body.as_of_position, None
+    if body.recorded_at is not None and position is None:
+        found = await asyncio.to_thread(semantic.reader.run, views.basis, valid_at, None,
+                                        body.recorded_at)
+        position, recorded_at = found.position, found.recorded_at
+    return Basis(position=semantic.progress.position if position is None else position,
+                 recorded_at=recorded_at, valid_at=valid_at)
+
+
+async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> None:
+    try:
+        await semantic.reader.wait_for(max(at.position, body.min_position or 0), body.wait_ms)
+    except NotYetVisible as late:
+        raise Problem(503, "not_yet_visible", str(late), "body.min_position",
+                      projected_position=late.reached) from None
+
+
+# --- search -----------------------------------------------------------------------------------
+
+def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis) -> SearchAnswer:
+    mode = MODES[body.mode]
+    threshold = mode.threshold if body.threshold is None else body.threshold
+    recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
+                       "keyword_weight": body.weights.keyword})
+    vector = semantic.embed_query(body.query) if recipe.dense_weight > 0 else None
+    found = semantic_search(semantic.index, vector, body.query,
+                            _layers(tenant, body, at, body.k or mode.k), recipe,
+                            threshold=threshold, now=at.valid_at.timestamp(),
+                            subject=body.subject)
+    hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
+    collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
+    return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
+                        model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
+
+
+def _layers(tenant: str, body: SearchRequest, at: Basis, k: int) -> list[Layer]:
+    def scope(spaces: Sequence[str], session: UUID | None) -> Scope:
+        return Scope(tenant=tenant, valid_at=at.valid_at.timestamp(),
+                     position=body.as_of_position if body.as_of_position is not None
+                     else (at.position if body.recorded_at is not None else None),
+                     spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
+                     session=None if session is None else str(session), agent=body.agent_id)
+
+    if body.scope == "filtered":
+        return [Layer("filtered", scope(body.spaces, body.session_id), k)]
+    limits = body.layers
+    return [Layer("session", scope(body.spaces, body.session_id), limits.session),
+            Layer("project", scope(body.spaces, None), limits.project),
+            Layer("ecosystem", scope((), None), limits.ecosystem)]
+
+
+def _hit(ranked: Ranked, explain: bool) -> SearchHit:
+    p = ranked.candidate.payload
+    return SearchHit(
+        item_id=ranked.candidate.item_id, space_id=p["space"], kind=p["kind"],
+        content=p["content"], tags=list(p.get("tags") or ()), importance=p["importance"],
+        confidence=p["confidence"], session_id=p.get("session"), agent_id=p.get("agent"),
+        valid_from=p["valid_from"], valid_to=None if p["valid_to"] >= OPEN else p["valid_to"],
+        layer=ranked.candidate.layer, score=round(ranked.score, 6),
+        relevance=round(ranked.relevance, 6), explain=ranked.explain if explain else None)
+
+
+# --- context ----------------------------------------------------------------------------------
+
+def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -> ContextAnswer:
+    reads = semantic.reader.run(_context_reads, tenant, body, at)
+    query = body.query or reads["last_user_message"]
+    memories: list[packing.Entry] = []
+    if query:
+        search = SearchRequest(query=query, spaces=[body.space_id], mode="planning",
+                               as_of_position=body.as_of_position, valid_at=at.valid_at)
+        answer = _search(semantic, tenant, search, at)
+        memories = [packing.Entry(f"- [{h.kind}] {h.content}", h.item_id, h.score)
+                    for h in answer.results if h.kind not in ("preference", "steering_rule")]
+    shown = {e.ref for e in memories}
+    history = [e for e in reads["history"] if e.ref not in shown]
+    sections = packing.pack({"session": reads["session"], "memories": memories,
+                             "preferences": reads["preferences"], "history": history},
+                            body.budget_tokens, body.shares.model_dump())
+    return ContextAnswer(
+        basis=at, budget_tokens=body.budget_tokens,
+        used_tokens=sum(s.used for s in sections), tokenizer=packing.TOKENIZER, query=query,
+        sections=[ContextSection(name=s.name, allowance=s.allowance, used_tokens=s.used,
+                                 entries=[ContextEntry(text=e.text, ref=e.ref, tokens=e.tokens,
+                                                       score=e.score) for e in s.entries])
+                  for s in sections],
+        rendered=packing.render(sections))
+
+
+def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Basis
+                   ) -> dict[str, Any]:
+    space = body.space_id
+    turns: list[packing.Entry] = []
+    last_user = None
+    if body.session_id is not None:
+        talk = views.conversation(conn, s, tenant, space, str(body.session_id), at)
+        if talk is None:
+            raise Problem(404, "not_found", f"session {body.session_id} not found in {space!r}",
+                          "body.session_id")
+        turns = [packing.Entry(f"{m.role}: {m.content}", m.message_id)
+                 for m in reversed(talk.messages)]
+        last_user = next((m.content for m in reversed(talk.messages) if m.role == "user"), None)
+    rules = views.items(conn, s, tenant, space, at, kinds=["steering_rule", "preference"])
+    extracted = context_views.extracted_preferences(conn, s, tenant, space, at)
+    preferences = ([packing.Entry(f"- [{i.kind}] {i.content}", i.item_id, i.confidence)
+                    for i in sorted(rules, key=lambda i: (i.kind != "steering_rule",
+                                                          -i.confidence))]
+                   + [packing.Entry(f"- {p.category}: {p.value}", p.source_item_id,
+                                    p.confidence) for p in extracted])
+    history = [packing.Entry(f"- [{i.kind}] {i.content}", i.item_id)
+               for i in context_views.recent_items(conn, s, tenant, space, at)
+               if i.kind not in ("preference", "steering_rule")]
+    return {"session": turns, "preferences": preferences, "history": history,
+            "last_user_message": last_user}
