@@ -5,9 +5,10 @@ import logging
 
 from memledger_enricher import embedders
 from memledger_enricher.intake_client import IntakeClient
-from memledger_enricher.service import Enricher
+from memledger_enricher.service import DURABLE, Enricher
 from memledger_platform import bus
 from memledger_platform.settings import Settings
+from memledger_platform.vectorindex.factory import model_slug
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,9 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     intake = IntakeClient(nc, js, settings.subjects,
                           timeout_seconds=settings.enricher_reply_timeout_seconds)
     await intake.start()
-    enricher = Enricher(js, settings.subjects, embedder, intake, batch=settings.enricher_batch)
+    # One consumer per model: switching the model re-enriches the whole log with the new one.
+    enricher = Enricher(js, settings.subjects, embedder, intake, batch=settings.enricher_batch,
+                        durable=f"{DURABLE}-{model_slug(embedder.model_id)}")
     log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
     try:
         await enricher.run(stop)

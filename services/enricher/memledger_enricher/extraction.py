@@ -28,9 +28,8 @@ class Extraction:
 
 def _rule(rule_id: str, category: str, confidence: float, pattern: str) -> Rule:
     # At the start of a sentence or clause; the value runs to the end of the clause (a value
-    # with a comma in it, "Acme, Inc.", is cut there: rules are cheap, not clever).
-
-    # "and I ..." / "but I ..." also starts a clause: "My name is Ada and I work at Acme".
+    # with a comma in it, "Acme, Inc.", is cut there: rules are cheap, not clever). "and I"
+    # and "but I" also start a clause: "My name is Ada and I work at Acme" yields both.
     return Rule(rule_id, category, confidence, re.compile(
         r"(?:^|(?<=[.!?;,]\s)|(?<=\band\s)|(?<=\bbut\s))" + pattern
         + r"\s+(?P<value>[^.!?;,\n]+?)\s*(?=[.!?;,\n]|\s+(?:and|but)\s+i\b|$)",

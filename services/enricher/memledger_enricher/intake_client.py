@@ -46,7 +46,7 @@ class IntakeClient:
                 future: asyncio.Future[dict[str, Any]] = loop.create_future()
                 self._waiting[reply_to] = future
                 futures.append(future)
-                name = command.model_fields["command"].default
+                name = type(command).model_fields["command"].default
                 await self._js.publish(
                     self._subjects.intake(tenant, name),
                     command.model_dump_json(exclude_none=True).encode(),

@@ -35,12 +35,13 @@ RETRY_DELAY_SECONDS = 5.0
 
 class Enricher:
     def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
-                 intake: IntakeClient, *, batch: int = 64) -> None:
+                 intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE) -> None:
         self._js = js
         self._subjects = subjects
         self._embedder = embedder
         self._intake = intake
         self._batch = batch
+        self._durable = durable
         self.enriched = 0
         self.refused = 0
 
@@ -48,14 +49,26 @@ class Enricher:
         """Consume until ``stop`` is set."""
         filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
         sub = await self._js.pull_subscribe(
-            self._subjects.all_events, durable=DURABLE, stream=self._subjects.events_stream,
+            self._subjects.all_events, durable=self._durable, stream=self._subjects.events_stream,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
                                   deliver_policy=DeliverPolicy.ALL, filter_subjects=filters,
                                   max_ack_pending=self._batch * 4))
         while not stop.is_set():
             msgs = await fetch_ready(sub, self._batch, wait=0.5)
             if msgs:
-                await self.handle(msgs)
+                await self._handle_unless_stopped(msgs, stop)
+
+    async def _handle_unless_stopped(self, msgs: list[Msg], stop: asyncio.Event) -> None:
+        # A batch waiting on ingest must not hold up a shutdown: give it back (nak) instead,
+        # to be enriched again, with the same idempotency keys, after the restart.
+        handling = asyncio.ensure_future(self.handle(msgs))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({handling, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not handling.done():
+            handling.cancel()
+            await asyncio.gather(handling, return_exceptions=True)
+            await asyncio.gather(*(m.nak() for m in msgs), return_exceptions=True)
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Enrich a fetched batch and settle every message of it."""

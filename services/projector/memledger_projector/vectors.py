@@ -87,6 +87,10 @@ class VectorFold:
         """(points to upsert, point ids to delete) since the last call."""
         upserts, gone = list(self._dirty.values()), sorted(self._gone - set(self._dirty))
         self._dirty, self._gone = {}, set()
+        # Evicted only now: an item dropped mid-batch would be reloaded without the changes
+        # not yet written, and the index holds them only once the caller writes these.
+        while len(self._items) > self._cache_items:
+            self._items.popitem(last=False)
         return upserts, gone
 
     # --- changes ---------------------------------------------------------------------------
@@ -193,8 +197,6 @@ class VectorFold:
         if item is None:
             item = _item_of(self._load(*key))
             self._items[key] = item
-            if len(self._items) > self._cache_items:
-                self._items.popitem(last=False)
         else:
             self._items.move_to_end(key)
         return item

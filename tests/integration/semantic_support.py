@@ -1,0 +1,81 @@
+"""The whole semantic pipeline in one test process, on the real engines: writer, NATS intake,
+relay, PostgreSQL projector, enricher, vector projector (Qdrant Edge) and the query app."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from psycopg_pool import ConnectionPool
+
+from memledger_enricher.embedding import Embedder
+from memledger_enricher.intake_client import IntakeClient
+from memledger_enricher.service import Enricher
+from memledger_ingest.intake import Intake
+from memledger_ingest.relay import Relay
+from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+from memledger_projector import schema
+from memledger_projector.consumer import Projector
+from memledger_projector.store import tune
+from memledger_projector.vector_consumer import VectorProjector
+from memledger_query.http import TENANT_HEADER, create_app
+from memledger_query.reader import Reader
+from memledger_query.semantic_http import Semantic, add_routes
+from memledger_schemas.subjects import Subjects
+
+
+@dataclass
+class Pipeline:
+    writer: GroupCommitWriter
+    enricher: Enricher
+    vectors: VectorProjector
+    index: QdrantEdgeVectorIndex
+    app: Any
+
+    def client(self, tenant: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
+                                 base_url="http://query", headers={TENANT_HEADER: tenant},
+                                 timeout=30)
+
+
+@asynccontextmanager
+async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[Client,
+                   JetStreamContext], subjects: Subjects, writer: GroupCommitWriter,
+                   embedder: Embedder, vectors_dir: Path) -> AsyncIterator[Pipeline]:
+    nc, js = nats
+    names = schema.Names(base)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema.ensure_pointer(conn, names)
+    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
+    index = QdrantEdgeVectorIndex(vectors_dir, embedder.dims)
+    client = IntakeClient(nc, js, subjects, timeout_seconds=20)
+    await client.start()
+    enricher = Enricher(js, subjects, embedder, client, batch=16)
+    vectors = VectorProjector(subjects, index, embedder.model_id, batch=64)
+    reader = Reader(pool, names)
+    app = create_app(reader, store, "default")
+    add_routes(app, Semantic(index, embedder, vectors, reader), "default")
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(job) for job in (
+        Intake(nc, js, writer, subjects, batch=32).run(stop),
+        Relay(store, js, subjects, batch=200, poll_seconds=0.05).run(stop),
+        Projector(lambda: tune(psycopg.connect(dsn, autocommit=True)), js, subjects, names,
+                  batch=200).run(stop),
+        enricher.run(stop), vectors.run(js, stop))]
+    try:
+        yield Pipeline(writer, enricher, vectors, index, app)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        await client.close()
+        index.close()
+        pool.close()

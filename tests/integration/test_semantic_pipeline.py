@@ -1,0 +1,189 @@
+"""Semantic memory end to end on the real engines: a write is enriched (through NATS intake),
+indexed, found by search within the scope asked for and only there, as of any (valid, system)
+point, and packed into an agent's context bundle."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from memledger_enricher.embedding import Embedder, HashingEmbedder, LocalMiniLmEmbedder
+from memledger_enricher.intake_client import IntakeClient
+from memledger_enricher.service import Enricher
+from memledger_ingest.bootstrap import Endpoints
+from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_schemas.commands import (
+    AppendMessage,
+    AssertMemory,
+    CreateSpace,
+    ReviseMemory,
+    StartSession,
+)
+from memledger_schemas.subjects import Subjects
+from tests.integration.events_support import read_everything
+from tests.integration.semantic_support import Pipeline, pipeline
+
+Nats = tuple[Client, JetStreamContext]
+KEYWORDS_ONLY = {"weights": {"dense": 0.0, "keyword": 1.0}, "threshold": 0.0}
+
+
+async def until(check: Callable[[], Awaitable[Any]], seconds: float = 30.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        found = await check()
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def embedder(request: pytest.FixtureRequest) -> Embedder:
+    # The real model where meaning matters; elsewhere a model-free stand-in, for speed.
+    return LocalMiniLmEmbedder() if getattr(request, "param", None) == "minilm" else (
+        HashingEmbedder())
+
+
+@pytest.fixture
+async def running(engines: Endpoints, event_store: PostgresEventStore, pg_schema: str,
+                  nats_js: Nats, subjects: Subjects, writer: GroupCommitWriter,
+                  embedder: Embedder, tmp_path: Path) -> AsyncIterator[Pipeline]:
+    async with pipeline(engines.postgres_dsn, event_store, pg_schema, nats_js, subjects,
+                        writer, embedder, tmp_path / "vectors") as found:
+        yield found
+
+
+async def _write(p: Pipeline, tenant: str, *commands: Any) -> dict[str, Any]:
+    result = (await p.writer.submit(tenant, list(commands)))[-1]
+    return {"position": result.position, **result.ids}
+
+
+async def _search(client: httpx.AsyncClient, **body: Any) -> list[dict[str, Any]]:
+    response = await client.post("/v1/search", json=body)
+    assert response.status_code == 200, response.text
+    hits: list[dict[str, Any]] = response.json()["results"]
+    return hits
+
+
+@pytest.mark.parametrize("embedder", ["minilm"], indirect=True)
+async def test_a_memory_is_found_by_meaning_once_the_enricher_has_embedded_it(
+        running: Pipeline, event_store: PostgresEventStore, embedder: Embedder) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    wrote = await _write(running, "acme", AssertMemory(
+        space_id="main", kind="decision", content="The quarterly report is due on Friday"))
+    await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="Penguins live in the southern hemisphere"))
+    async with running.client("acme") as client:
+        async def by_meaning() -> list[dict[str, Any]]:
+            return await _search(client, query="deadline for submitting the financial summary",
+                                 weights={"dense": 1.0, "keyword": 0.0}, explain=True,
+                                 min_position=wrote["position"])
+        hits = await until(by_meaning)
+    assert hits, "never found by meaning"
+    assert hits[0]["item_id"] == wrote["item_id"]
+    assert hits[0]["explain"]["dense"] > hits[0]["explain"]["keyword"] == 0
+    embedded = [e for e in read_everything(event_store) if e.event_type == "memory.embedded"]
+    assert {e.fields()["payload"]["model"] for e in embedded} == {embedder.model_id}
+
+
+async def test_search_never_returns_another_tenants_or_another_spaces_items(
+        running: Pipeline) -> None:
+    for tenant in ("acme", "globex"):
+        for space in ("main", "side"):
+            await _write(running, tenant, CreateSpace(space_id=space))
+            last = await _write(running, tenant, AssertMemory(
+                space_id=space, kind="fact", content=f"shared secret phrase of {tenant} {space}"))
+    async with running.client("acme") as acme:
+        everywhere = await _search(acme, query="shared secret phrase", min_position=last[
+            "position"], **KEYWORDS_ONLY)
+        main_only = await _search(acme, query="shared secret phrase", spaces=["main"],
+                                  **KEYWORDS_ONLY)
+    assert sorted(h["content"] for h in everywhere) == [
+        "shared secret phrase of acme main", "shared secret phrase of acme side"]
+    assert [h["content"] for h in main_only] == ["shared secret phrase of acme main"]
+
+
+async def test_as_of_search_follows_valid_time_and_system_time(running: Pipeline) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    first = await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="the office is in Lisbon",
+        valid_from=datetime(2020, 1, 1, tzinfo=UTC), valid_to=datetime(2022, 1, 1, tzinfo=UTC)))
+    revised = await _write(running, "acme", ReviseMemory(
+        space_id="main", item_id=first["item_id"], content="the office is in Porto",
+        valid_from=datetime(2021, 1, 1, tzinfo=UTC)))
+    async with running.client("acme") as client:
+        async def office(**at: Any) -> list[str]:
+            return [h["content"] for h in await _search(
+                client, query="office", min_position=revised["position"], **KEYWORDS_ONLY,
+                **at)]
+        assert await office(valid_at="2020-06-01T00:00:00Z") == ["the office is in Lisbon"]
+        assert await office(valid_at="2021-06-01T00:00:00Z") == ["the office is in Porto"]
+        assert await office(valid_at="2021-06-01T00:00:00Z",
+                            as_of_position=first["position"]) == ["the office is in Lisbon"]
+        assert await office(valid_at="2019-06-01T00:00:00Z") == []
+        assert await office() == []  # valid_to 2022: not true now
+
+
+async def test_user_messages_become_preferences_in_a_context_bundle_within_its_budget(
+        running: Pipeline) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    session = (await _write(running, "acme", StartSession(space_id="main")))["session_id"]
+    await _write(running, "acme", AssertMemory(
+        space_id="main", kind="steering_rule", content="Always answer in British English"))
+    said = await _write(running, "acme", AppendMessage(
+        space_id="main", session_id=session, role="user",
+        content="I'm allergic to peanuts. Which snacks are safe?"))
+    async with running.client("acme") as client:
+        async def bundle() -> dict[str, Any] | None:
+            answer = (await client.post("/v1/context", json={
+                "space_id": "main", "session_id": session, "budget_tokens": 120,
+                "min_position": said["position"]})).json()
+            texts = [e["text"] for s in answer["sections"] for e in s["entries"]]
+            return answer if "- restriction: peanuts" in texts else None
+        answer = await until(bundle)
+    assert answer is not None, "the extracted restriction never reached the bundle"
+    sections = {s["name"]: [e["text"] for e in s["entries"]] for s in answer["sections"]}
+    assert sections["session"] == ["user: I'm allergic to peanuts. Which snacks are safe?"]
+    assert "- [steering_rule] Always answer in British English" in sections["preferences"]
+    assert answer["used_tokens"] <= 120
+    assert len(answer["rendered"]) / 4 <= 120
+
+
+async def test_enrichment_seen_again_records_nothing_twice(
+        running: Pipeline, event_store: PostgresEventStore, nats_js: Nats, subjects: Subjects,
+        embedder: Embedder) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    await _write(running, "acme", AssertMemory(
+        space_id="main", kind="preference", content="I prefer green tea. My name is Ada"))
+
+    def enrichment() -> list[str]:
+        return [e.event_type for e in read_everything(event_store)
+                if e.event_type.startswith(("memory.embedded", "preference", "memory.entities"))]
+
+    async def settled() -> bool:
+        return len(enrichment()) == 4  # embedding, 2 preferences, entities
+    assert await until(settled)
+    # A second enricher (another consumer: as after a lost checkpoint) sees every event again.
+    nc, js = nats_js
+    client = IntakeClient(nc, js, subjects)
+    await client.start()
+    again = Enricher(js, subjects, embedder, client, durable="enricher-again")
+    stop = asyncio.Event()
+    task = asyncio.create_task(again.run(stop))
+    assert await until(lambda: _true_when(again.enriched >= 1))
+    stop.set()
+    await task
+    await client.close()
+    assert len(enrichment()) == 4
+    assert again.refused == 0
+
+
+async def _true_when(condition: bool) -> bool:
+    return condition
