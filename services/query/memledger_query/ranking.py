@@ -34,8 +34,8 @@ MODES: dict[str, ModeDefaults] = {
     # Thresholds on relevance, calibrated for all-MiniLM-L6-v2 (whose cosine for a good
     # paraphrase sits around 0.6-0.8, not the 0.9 a larger model gives): see docs/search.md.
     "execution": ModeDefaults(k=5, threshold=0.45),
-    "planning": ModeDefaults(k=20, threshold=0.30),
-    "brainstorming": ModeDefaults(k=30, threshold=0.15),
+    "planning": ModeDefaults(k=20, threshold=0.25),
+    "brainstorming": ModeDefaults(k=30, threshold=0.12),
 }
 
 
