@@ -28,11 +28,27 @@ def _write_fact(url: str, content: str) -> dict[str, object]:
     return body
 
 
-def test_up_runs_the_relay_and_the_projector_as_child_processes(memledger: Running) -> None:
+def test_up_runs_the_relay_projector_and_enricher_as_child_processes(memledger: Running
+                                                                    ) -> None:
     commands = [" ".join(child.cmdline()) for child in
                 psutil.Process(memledger.proc.pid).children()]
-    assert any(c.endswith("memledger_cli relay") for c in commands)
-    assert any(c.endswith("memledger_cli projector") for c in commands)
+    for service in ("relay", "projector", "enricher"):
+        assert any(c.endswith(f"memledger_cli {service}") for c in commands), service
+
+
+def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running) -> None:
+    written = _write_fact(memledger.url, "The quarterly report is due on Friday")
+    _write_fact(memledger.url, "Penguins live in the southern hemisphere")
+
+    def found() -> None:
+        answer = httpx.post(f"{memledger.url}/v1/search", json={
+            "query": "deadline for submitting the financial summary", "mode": "execution",
+            "weights": {"dense": 1.0, "keyword": 0.0}, "threshold": 0.3,
+            "min_position": written["position"]}, timeout=10).json()
+        assert [h["content"] for h in answer["results"]] == [
+            "The quarterly report is due on Friday"]
+
+    eventually_sync(found, timeout=60)
 
 
 def test_up_prints_where_it_listens_and_a_curl_example(memledger: Running) -> None:

@@ -3,8 +3,9 @@ indexed, found by search within the scope asked for and only there, as of any (v
 point, and packed into an agent's context bundle."""
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,25 @@ async def until(check: Callable[[], Awaitable[Any]], seconds: float = 30.0) -> A
         await asyncio.sleep(0.1)
 
 
+class GatedEmbedder(HashingEmbedder):
+    """An embedder that hangs until the test opens the gate: a slow or stuck model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        self.gate.wait(60)
+        return super().embed_documents(texts)
+
+
 @pytest.fixture
 def embedder(request: pytest.FixtureRequest) -> Embedder:
     # The real model where meaning matters; elsewhere a model-free stand-in, for speed.
-    return LocalMiniLmEmbedder() if getattr(request, "param", None) == "minilm" else (
-        HashingEmbedder())
+    kind = getattr(request, "param", None)
+    if kind == "minilm":
+        return LocalMiniLmEmbedder()
+    return GatedEmbedder() if kind == "gated" else HashingEmbedder()
 
 
 @pytest.fixture
@@ -187,3 +202,27 @@ async def test_enrichment_seen_again_records_nothing_twice(
 
 async def _true_when(condition: bool) -> bool:
     return condition
+
+
+@pytest.mark.parametrize("embedder", ["gated"], indirect=True)
+async def test_a_stuck_embedder_never_holds_up_writes_reads_or_keyword_search(
+        running: Pipeline, event_store: PostgresEventStore, embedder: GatedEmbedder) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    wrote = await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="the backup runs at midnight"))
+    more = await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="the backup is kept for thirty days"))
+    async with running.client("acme") as client:
+        read = await client.get(f"/v1/spaces/main/items/{wrote['item_id']}",
+                                params={"min_position": more["position"]})
+        found = await _search(client, query="backup midnight", min_position=more["position"],
+                              **KEYWORDS_ONLY)
+    assert read.status_code == 200
+    assert found[0]["item_id"] == wrote["item_id"]
+    assert not [e for e in read_everything(event_store) if e.event_type == "memory.embedded"]
+    embedder.gate.set()
+
+    async def embedded() -> bool:
+        return len([e for e in read_everything(event_store)
+                    if e.event_type == "memory.embedded"]) == 2
+    assert await until(embedded)
