@@ -14,10 +14,11 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_ingest.writer import CommandResult, GroupCommitWriter
+from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_projector import schema, store
 from memledger_projector.projection import Event, event_from
-from memledger_query.http import TENANT_HEADER, create_app
+from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_schemas.commands import CommandBase
 from tests.integration.events_support import read_everything

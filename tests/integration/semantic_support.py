@@ -17,16 +17,18 @@ from psycopg_pool import ConnectionPool
 from memledger_enricher.embedding import Embedder
 from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import Enricher
+from memledger_ingest.http import create_app as create_ingest_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import Relay
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_projector import schema
 from memledger_projector.consumer import Projector
 from memledger_projector.store import tune
 from memledger_projector.vector_consumer import VectorProjector
-from memledger_query.http import TENANT_HEADER, create_app
+from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.semantic_http import Semantic, add_routes
 from memledger_schemas.subjects import Subjects
@@ -39,17 +41,35 @@ class Pipeline:
     vectors: VectorProjector
     index: QdrantEdgeVectorIndex
     app: Any
+    ingest_app: Any
 
-    def client(self, tenant: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
-                                 base_url="http://query", headers={TENANT_HEADER: tenant},
-                                 timeout=30)
+    def client(self, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
+        """A client of the query app as ``tenant`` (header) and/or with an API ``key``."""
+        return _client(self.app, tenant, key)
+
+    def writer_client(self, tenant: str | None = None, key: str | None = None
+                      ) -> httpx.AsyncClient:
+        """A client of the ingest app."""
+        return _client(self.ingest_app, tenant, key)
+
+
+def _client(app: Any, tenant: str | None, key: str | None) -> httpx.AsyncClient:
+    headers = {TENANT_HEADER: tenant} if tenant else {}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memledger",
+                             headers=headers, timeout=30)
+
+
+async def _no_health() -> dict[str, Any]:
+    return {"status": "ok"}
 
 
 @asynccontextmanager
 async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[Client,
                    JetStreamContext], subjects: Subjects, writer: GroupCommitWriter,
-                   embedder: Embedder, vectors_dir: Path) -> AsyncIterator[Pipeline]:
+                   embedder: Embedder, vectors_dir: Path, gate: Gate | None = None
+                   ) -> AsyncIterator[Pipeline]:
     nc, js = nats
     names = schema.Names(base)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -62,8 +82,9 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
     enricher = Enricher(js, subjects, embedder, client, batch=16)
     vectors = VectorProjector(subjects, index, embedder.model_id, batch=64)
     reader = Reader(pool, names)
-    app = create_app(reader, store, "default")
-    add_routes(app, Semantic(index, embedder, vectors, reader), "default")
+    app = create_app(reader, store, "default", gate)
+    add_routes(app, Semantic(index, embedder, vectors, reader))
+    ingest_app = create_ingest_app(writer, _no_health, "default", gate)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(job) for job in (
         Intake(nc, js, writer, subjects, batch=32).run(stop),
@@ -72,7 +93,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                   batch=200).run(stop),
         enricher.run(stop), vectors.run(js, stop))]
     try:
-        yield Pipeline(writer, enricher, vectors, index, app)
+        yield Pipeline(writer, enricher, vectors, index, app, ingest_app)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)

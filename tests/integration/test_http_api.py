@@ -7,8 +7,9 @@ from uuid import uuid4
 import httpx
 import pytest
 
-from memledger_ingest.http import TENANT_HEADER, create_app
+from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import COMMANDS
 

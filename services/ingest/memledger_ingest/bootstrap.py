@@ -13,11 +13,13 @@ from nats.js import JetStreamContext
 from starlette.routing import Mount
 from starlette.types import ASGIApp
 
+from memledger_ingest import grpc_api
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform import bus, http_server
+from memledger_platform import bus, grpc_server, http_server
+from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 
@@ -65,16 +67,30 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
                 on_ready: Callable[[str], None] | None = None,
-                also: ASGIApp | None = None) -> None:
+                also: ASGIApp | None = None, also_grpc: grpc_server.Register | None = None,
+                on_grpc_ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
-    requests, finish the writer's queue, then disconnect."""
+    requests, finish the writer's queue, then disconnect. (``also``, ``also_grpc``: the query
+    APIs, served beside ingest's in the embedded mode.)"""
     service = await build(settings, endpoints)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
                             setting="MEMLEDGER_HTTP_PORT")
-    app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback)
+    gate = await asyncio.to_thread(open_gate, settings, endpoints.postgres_dsn)
+    app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback,
+                     gate.gate)
     if also is not None:  # embedded mode: the query API behind the same port
         app.routes.append(Mount("/", app=also))
     service.writer.start()
+    writes = grpc_server.tenant_resolver(gate.gate, "write")
+    grpc_apis = [grpc_api.registrar(service.writer, writes)]
+    if also_grpc is not None:  # embedded mode: the query API on the same port
+        grpc_apis.append(also_grpc)
+    rpc, grpc_address = await grpc_server.start(
+        grpc_apis, settings.http_host, settings.grpc_port,
+        fallback=grpc_server.DEFAULT_GRPC_PORT, setting="MEMLEDGER_GRPC_PORT")
+    log.info("ingest gRPC listening on %s", grpc_address)
+    if on_grpc_ready is not None:
+        on_grpc_ready(grpc_address)
     inputs_stop = asyncio.Event()
     inputs = [asyncio.create_task(http_server.serve(app, sock, inputs_stop))]
     if settings.intake_enabled:
@@ -83,12 +99,13 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
         on_ready(http_server.address(sock))
     await stop.wait()
     inputs_stop.set()
-    await asyncio.gather(*inputs)
+    await asyncio.gather(*inputs, rpc.stop(grpc_server.GRACE_SECONDS))
     await asyncio.to_thread(service.writer.stop)
     # Everything in flight is settled by now; drain() would only wait out its timeout.
     await service.nc.flush()
     await service.nc.close()
     await asyncio.to_thread(service.store.close)
+    await asyncio.to_thread(gate.close)
 
 
 async def run(settings: Settings) -> None:

@@ -5,8 +5,9 @@ so the field paths in a 422 are the same as over NATS intake and in a batch.
 Plain Starlette rather than FastAPI on this hot path: the routes do their own validation, and
 FastAPI's dependency machinery cost about half of the CPU of a single write (docs/adr/0003)."""
 
+import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -26,10 +27,10 @@ from memledger_ingest.problems import (
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
 from memledger_schemas.types import SLUG_PATTERN
 
-TENANT_HEADER = "X-Memledger-Tenant"
 BATCH_PATH = "/v1/batch"
 Health = Callable[[], Awaitable[dict[str, Any]]]
 M = TypeVar("M", bound=BaseModel)
@@ -41,13 +42,14 @@ class HttpError(Exception):
         self.problem = problem
 
 
-def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | None
-               ) -> Router:
-    """The ASGI app; nothing here connects to anything (the writer and health are given).
+def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | None,
+               gate: Gate | None = None) -> Router:
+    """The ASGI app; nothing here connects to anything (the writer, health and key gate are
+    given; without a gate, authentication is off).
 
     A bare router: every route turns its own failures into a problem response, so the
     middleware layers of a full Starlette app would only add cost."""
-    tenant_of = _tenant_resolver(default_tenant)
+    tenant_of = _tenant_resolver(gate or Gate(None, default_tenant))
     routes = [Route(model.http_path, _command_route(model, writer, tenant_of), methods=["POST"],
                     name=_name(model)) for model in COMMANDS]
     routes.append(Route(BATCH_PATH, _batch_route(writer, tenant_of), methods=["POST"],
@@ -65,14 +67,18 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     return Router(routes=routes)
 
 
+Resolver = Callable[[Request], Awaitable[Principal]]
+
+
 def _command_route(model: type[CommandBase], writer: GroupCommitWriter,
-                   tenant_of: Callable[[Request], str]) -> Callable[[Request], Awaitable[Response]]:
+                   tenant_of: Resolver) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
         try:
-            tenant = tenant_of(request)
+            principal = await tenant_of(request)
             body = _merge_path(await _json_body(request), request.path_params)
             command = _validate(model, body)
-            results = await _submit(writer, tenant, [command], request, batch=False)
+            _may_write(principal, [command])
+            results = await _submit(writer, principal.tenant, [command], request, batch=False)
         except HttpError as error:
             return _json(error.problem.status, error.problem.body())
         return _json(200 if results[0].duplicate else 201, result_body(results[0]))
@@ -80,13 +86,15 @@ def _command_route(model: type[CommandBase], writer: GroupCommitWriter,
     return route
 
 
-def _batch_route(writer: GroupCommitWriter, tenant_of: Callable[[Request], str]
+def _batch_route(writer: GroupCommitWriter, tenant_of: Resolver
                  ) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
         try:
-            tenant = tenant_of(request)
+            principal = await tenant_of(request)
             batch = _validate(CommandBatch, await _json_body(request))
-            results = await _submit(writer, tenant, batch.commands, request, batch=True)
+            _may_write(principal, batch.commands)
+            results = await _submit(writer, principal.tenant, batch.commands, request,
+                                    batch=True)
         except HttpError as error:
             return _json(error.problem.status, error.problem.body())
         return _json(201, batch_body(results))
@@ -105,18 +113,36 @@ async def _submit(writer: GroupCommitWriter, tenant: str, commands: list[Any],
         raise HttpError(unavailable(error)) from None
 
 
-def _tenant_resolver(default: str | None) -> Callable[[Request], str]:
-    pattern = re.compile(SLUG_PATTERN)
-
-    def tenant_of(request: Request) -> str:
-        tenant = request.headers.get(TENANT_HEADER) or default
-        if tenant is None:
-            raise HttpError(malformed(f"header.{TENANT_HEADER}", "required"))
-        if not pattern.fullmatch(tenant):
-            raise HttpError(malformed(f"header.{TENANT_HEADER}", "not a valid tenant id"))
-        return tenant
+def _tenant_resolver(gate: Gate) -> Resolver:
+    async def tenant_of(request: Request) -> Principal:
+        headers = request.headers
+        try:
+            if gate.required:  # a key store lookup: off the event loop
+                return await asyncio.to_thread(gate.principal, headers.get("authorization"),
+                                               headers.get(TENANT_HEADER))
+            return gate.principal(None, headers.get(TENANT_HEADER))
+        except Denied as denied:
+            raise HttpError(_denied(denied)) from None
 
     return tenant_of
+
+
+def _may_write(principal: Principal, commands: Sequence[CommandBase]) -> None:
+    """Writing needs the write role and a grant for every space written to; a command of no
+    space (registering an agent) needs a key for the whole tenant."""
+    spaces = [getattr(c, "space_id", None) for c in commands]
+    try:
+        require(principal, "write", [s for s in spaces if s is not None])
+        if None in spaces and principal.spaces is not None:
+            raise Denied(403, "forbidden", "this command concerns the whole tenant; this key "
+                         "is limited to some spaces", "header.Authorization")
+    except Denied as denied:
+        raise HttpError(_denied(denied)) from None
+
+
+def _denied(denied: Denied) -> Problem:
+    return Problem(denied.status, denied.code, denied.message,
+                   ({"path": denied.path, "reason": denied.message},))
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -182,7 +208,10 @@ def openapi() -> dict[str, Any]:
     paths["/health"] = {"get": {"operationId": "health", "responses": {
         "200": {"description": "the service and its relay lag"}}}}
     return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
-            "paths": paths, "components": {"schemas": _components()}}
+            "paths": paths, "components": {"schemas": _components(), "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer",
+                           "description": "mlk_… (MEMLEDGER_AUTH=required)"}}},
+            "security": [{"apiKey": []}, {}]}
 
 
 def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dict[str, Any]:
@@ -197,6 +226,8 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dic
             "responses": {"201": {"description": "committed", "content": _content(result)},
                           "200": {"description": "idempotent repeat", "content": _content(result)},
                           **{code: {"description": text, "content": error} for code, text in (
+                              ("401", "no API key, or an unknown or revoked one"),
+                              ("403", "the key's role or space grants do not allow it"),
                               ("404", "unknown space, item, session or entity"),
                               ("409", "conflict with the current version"),
                               ("422", "invalid request, with field paths"),

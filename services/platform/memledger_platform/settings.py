@@ -39,7 +39,12 @@ class Settings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: Port | None = Field(default=None, ge=0, le=65_535)
+    grpc_port: Port | None = Field(default=None, ge=0, le=65_535, description="gRPC API, on "
+                                   "http_host (unset: 8430, 8431 for query alone, or a free one)")
     default_tenant: Slug | None = None
+    auth: Literal["auto", "required", "off"] = Field(
+        default="auto", description="API keys: auto requires them except in the embedded mode "
+        "on a loopback address")
 
     writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000)
     writer_linger_ms: float = Field(default=2.0, ge=0, le=100)
@@ -82,6 +87,13 @@ class Settings(BaseSettings):
         if self.embedder == "auto":
             return "cohere" if self.cohere_api_key else "local"
         return self.embedder
+
+    @property
+    def auth_required(self) -> bool:
+        if self.auth != "auto":
+            return self.auth == "required"
+        loopback = self.http_host in ("127.0.0.1", "localhost", "::1")
+        return not (self.mode == "embedded" and loopback)
 
     @property
     def subjects(self) -> Subjects:

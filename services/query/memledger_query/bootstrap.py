@@ -15,18 +15,21 @@ from psycopg_pool import ConnectionPool
 
 from memledger_enricher import embedders
 from memledger_enricher.embedding import Embedder
-from memledger_platform import bus, http_server
+from memledger_platform import bus, grpc_server, http_server
+from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
+from memledger_query import grpc_api
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.semantic_http import Semantic, add_routes
 
 QUERY_PORT = 8421
+QUERY_GRPC_PORT = 8431
 
 
 @dataclass
@@ -36,6 +39,9 @@ class QueryService:
     store: PostgresEventStore
     index: VectorIndex
     vectors: VectorProjector
+    gate: OpenGate
+    grpc: grpc_server.Register
+    """Registers the query gRPC API on a server."""
 
     async def project_vectors(self, settings: Settings, nats_url: str, stop: asyncio.Event
                               ) -> None:
@@ -52,6 +58,7 @@ class QueryService:
         self.pool.close()
         self.store.close()
         self.index.close()
+        self.gate.close()
 
 
 def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
@@ -71,24 +78,33 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
                               batch=settings.vector_batch,
                               durable=f"{DURABLE}-{model_slug(embedder.model_id)}")
     reader = Reader(pool, names)
-    app = create_app(reader, store, settings.tenant_fallback)
-    add_routes(app, Semantic(index, embedder, vectors, reader), settings.tenant_fallback)
-    return QueryService(app, pool, store, index, vectors)
+    gate = open_gate(settings, dsn)
+    app = create_app(reader, store, settings.tenant_fallback, gate.gate)
+    semantic = Semantic(index, embedder, vectors, reader)
+    add_routes(app, semantic)
+    reads = grpc_server.tenant_resolver(gate.gate, "read")
+    return QueryService(app, pool, store, index, vectors, gate,
+                        grpc_api.registrar(reader, store, semantic, reads))
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,
                 on_ready: Callable[[str], None] | None = None) -> None:
-    """The query service on its own port (distributed mode)."""
+    """The query service on its own ports, HTTP and gRPC (distributed mode)."""
     service = await asyncio.to_thread(build, settings, dsn)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=QUERY_PORT,
                             setting="MEMLEDGER_HTTP_PORT")
+    rpc, grpc_address = await grpc_server.start(
+        [service.grpc], settings.http_host, settings.grpc_port, fallback=QUERY_GRPC_PORT,
+        setting="MEMLEDGER_GRPC_PORT")
     if on_ready is not None:
         on_ready(http_server.address(sock))
+        on_ready(f"gRPC {grpc_address}")
     vectors = asyncio.create_task(service.project_vectors(settings, nats_url, stop))
     try:
         await http_server.serve(service.app, sock, stop)
     finally:
         stop.set()
+        await rpc.stop(grpc_server.GRACE_SECONDS)
         await vectors
         await asyncio.to_thread(service.close)
 

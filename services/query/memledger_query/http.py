@@ -10,7 +10,9 @@ read by replaying the events instead (slow, authoritative).
 import asyncio
 import base64
 import binascii
+import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
@@ -21,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import AfterValidator, BaseModel
 
+from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.eventstore import EventStore
 from memledger_query import replay, views
 from memledger_query.dto import (
@@ -35,7 +38,6 @@ from memledger_query.dto import (
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_schemas.types import SLUG_PATTERN
 
-TENANT_HEADER = "X-Memledger-Tenant"
 T = TypeVar("T")
 
 
@@ -68,10 +70,13 @@ MinPosition = Annotated[int | None, Query(ge=0, description="wait until projecte
 WaitMs = Annotated[int, Query(ge=0, le=30_000)]
 
 
-def create_app(reader: Reader, store: EventStore, default_tenant: str | None) -> FastAPI:
+def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
+               gate: Gate | None = None) -> FastAPI:
+    """The query app (``gate``: API keys; without one, authentication is off)."""
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
                   docs_url=None, redoc_url=None)
     _errors(app)
+    _authenticate(app, gate or Gate(None, default_tenant))
 
     @app.middleware("http")
     async def report_lag(request: Request, call_next: Any) -> Response:
@@ -99,11 +104,54 @@ def _errors(app: FastAPI) -> None:
                                 "fields": fields}}, 422)
 
 
+_PUBLIC = frozenset({"/v1/query/openapi.json", "/v1/query/health"})
+_SPACE_PATH = re.compile(r"^/v1/spaces/([^/]+)")
+_PRINCIPAL: ContextVar[Principal] = ContextVar("principal")
+
+
+def principal() -> Principal:
+    """Who makes the request being answered (set by the authentication middleware)."""
+    return _PRINCIPAL.get()
+
+
+def _authenticate(app: FastAPI, gate: Gate) -> None:
+    """Every read needs the read role; a path naming a space needs a grant for it; the
+    tenant-wide changes feed needs a key for the whole tenant. Search and context check the
+    spaces in their bodies themselves."""
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Any) -> Response:
+        if request.url.path in _PUBLIC:
+            response: Response = await call_next(request)
+            return response
+        try:
+            found = await _resolve(gate, request)
+            space = _SPACE_PATH.match(request.url.path)
+            require(found, "read", [space.group(1)] if space else [], path="path.space_id")
+            if request.url.path == "/v1/changes" and found.spaces is not None:
+                raise Denied(403, "forbidden", "this key is limited to some spaces: read "
+                             "/v1/spaces/{space_id}/changes instead", "header.Authorization")
+        except Denied as denied:
+            return Problem(denied.status, denied.code, denied.message, denied.path).response()
+        token = _PRINCIPAL.set(found)
+        try:
+            response = await call_next(request)
+        finally:
+            _PRINCIPAL.reset(token)
+        return response
+
+
+async def _resolve(gate: Gate, request: Request) -> Principal:
+    headers = request.headers
+    if gate.required:  # a key store lookup: off the event loop
+        return await asyncio.to_thread(gate.principal, headers.get("authorization"),
+                                       headers.get(TENANT_HEADER))
+    return gate.principal(None, headers.get(TENANT_HEADER))
+
+
 def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None) -> None:
     def tenant_of(header: str | None) -> str:
-        if header is None and default is None:
-            raise Problem(422, "invalid_request", "required", f"header.{TENANT_HEADER}")
-        return header or str(default)
+        # Resolved (and checked against ``header``) by the middleware already.
+        return principal().tenant
 
     async def read(min_position: int | None, wait_ms: int, fn: Callable[..., T], *args: Any
                    ) -> T:

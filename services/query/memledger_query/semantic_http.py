@@ -16,11 +16,12 @@ from uuid import UUID
 from fastapi import FastAPI
 
 from memledger_enricher.embedding import Embedder
+from memledger_platform.auth import Denied, Principal, require
 from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query import context as packing
-from memledger_query import context_views, views
+from memledger_query import context_views, vector_summary, views
 from memledger_query.dto import Basis
-from memledger_query.http import TENANT_HEADER, Problem, Tenant, _json
+from memledger_query.http import Problem, Tenant, _json, principal
 from memledger_query.ranking import MODES, Ranked, Recipe
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.semantic import Layer
@@ -61,25 +62,42 @@ class Semantic:
             _QUERY_CACHE)(lambda text: tuple(self.embedder.embed_query(text)))
 
 
-def add_routes(app: FastAPI, semantic: Semantic, default_tenant: str | None) -> None:
+def add_routes(app: FastAPI, semantic: Semantic) -> None:
+    """Search and context on ``app`` (a query app: its middleware has authenticated the caller;
+    the tenant header parameter is declared for the OpenAPI document)."""
     @app.post("/v1/search", response_model=SearchAnswer)
     async def search(body: SearchRequest, x_tenant: Tenant = None) -> Any:
-        tenant = _tenant(x_tenant, default_tenant)
+        who = principal()
+        body = _within_grants(who, body)
         at = await _basis(semantic, body)
-        return _json(await asyncio.to_thread(_search, semantic, tenant, body, at))
+        return _json(await asyncio.to_thread(_search, semantic, who.tenant, body, at,
+                                             sorted(who.spaces or ())))
 
     @app.post("/v1/context", response_model=ContextAnswer)
     async def context(body: ContextRequest, x_tenant: Tenant = None) -> Any:
-        tenant = _tenant(x_tenant, default_tenant)
+        who = principal()
+        _allowed(who, [body.space_id], "body.space_id")
         at = await _basis(semantic, body)
         await _wait_read_model(semantic, body, at)
-        return _json(await asyncio.to_thread(_context, semantic, tenant, body, at))
+        return _json(await asyncio.to_thread(_context, semantic, who.tenant, body, at))
+
+    vector_summary.add_route(app, semantic.index, semantic.progress, semantic.reader)
 
 
-def _tenant(header: str | None, default: str | None) -> str:
-    if header is None and default is None:
-        raise Problem(422, "invalid_request", "required", f"header.{TENANT_HEADER}")
-    return header or str(default)
+def _within_grants(who: Principal, body: SearchRequest) -> SearchRequest:
+    """The search narrowed to the spaces the key may read: all of the tenant's when it is not
+    limited (every space named must then be granted)."""
+    _allowed(who, body.spaces, "body.spaces")
+    if who.spaces is None or body.spaces:
+        return body
+    return body.model_copy(update={"spaces": sorted(who.spaces)})
+
+
+def _allowed(who: Principal, spaces: Sequence[str], path: str) -> None:
+    try:
+        require(who, "read", spaces, path=path)
+    except Denied as denied:
+        raise Problem(denied.status, denied.code, denied.message, denied.path) from None
 
 
 async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
@@ -110,14 +128,17 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 
 # --- search -----------------------------------------------------------------------------------
 
-def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis) -> SearchAnswer:
+def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
+            granted: Sequence[str] = ()) -> SearchAnswer:
+    """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
+    the ecosystem layer."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
                        "keyword_weight": body.weights.keyword})
     vector = semantic.embed_query(body.query) if recipe.dense_weight > 0 else None
     found = semantic_search(semantic.index, vector, body.query,
-                            _layers(tenant, body, at, body.k or mode.k), recipe,
+                            _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
@@ -126,7 +147,8 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis) -> 
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
 
 
-def _layers(tenant: str, body: SearchRequest, at: Basis, k: int) -> list[Layer]:
+def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str]
+            ) -> list[Layer]:
     def scope(spaces: Sequence[str], session: UUID | None) -> Scope:
         return Scope(tenant=tenant, valid_at=at.valid_at.timestamp(),
                      position=body.as_of_position if body.as_of_position is not None
@@ -139,7 +161,7 @@ def _layers(tenant: str, body: SearchRequest, at: Basis, k: int) -> list[Layer]:
     limits = body.layers
     return [Layer("session", scope(body.spaces, body.session_id), limits.session),
             Layer("project", scope(body.spaces, None), limits.project),
-            Layer("ecosystem", scope((), None), limits.ecosystem)]
+            Layer("ecosystem", scope(granted, None), limits.ecosystem)]
 
 
 def _hit(ranked: Ranked, explain: bool) -> SearchHit:

@@ -1,0 +1,165 @@
+"""Who is calling, and may they: API keys bound to one tenant, with roles and space grants.
+
+A key reads ``mlk_<key_id>_<secret>``; only the SHA-256 of the secret is stored (the secret is
+32 random bytes, so a fast hash is enough: there is nothing to guess). Roles nest: ``admin``
+may do what ``write`` may, which may do what ``read`` may. A key limited to some spaces sees
+only those. Every check happens per request against the key store, so a revoked key is refused
+from the next request on.
+
+With authentication off (``MEMLEDGER_AUTH=off``: the embedded mode on a loopback address), the
+tenant comes from the ``X-Memledger-Tenant`` header or the default tenant, with every role.
+"""
+
+import hashlib
+import hmac
+import re
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from memledger_schemas.types import SLUG_PATTERN
+
+Role = Literal["read", "write", "admin"]
+ROLES: tuple[Role, ...] = ("read", "write", "admin")
+_RANK = {role: rank for rank, role in enumerate(ROLES)}
+_TOKEN = re.compile(r"^mlk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_TENANT = re.compile(SLUG_PATTERN)
+TENANT_HEADER = "X-Memledger-Tenant"
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant: str
+    role: Role
+    spaces: frozenset[str] | None = None
+    """The spaces the key may touch; ``None``: all of the tenant's."""
+    key_id: str | None = None
+
+    def may(self, role: Role) -> bool:
+        return _RANK[self.role] >= _RANK[role]
+
+    def sees(self, space: str) -> bool:
+        return self.spaces is None or space in self.spaces
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    key_id: str
+    tenant: str
+    role: Role
+    spaces: frozenset[str] | None
+    secret_sha256: str
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class Denied(Exception):
+    """A request the caller may not make: 401 (who are you?) or 403 (not you)."""
+
+    def __init__(self, status: int, code: str, message: str, path: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.path = status, code, message, path
+
+
+class KeyStore(ABC):
+    @abstractmethod
+    def find(self, key_id: str) -> KeyRecord | None: ...
+
+    @abstractmethod
+    def create_tenant(self, tenant: str) -> bool:
+        """Create ``tenant``; ``False`` if it existed."""
+
+    @abstractmethod
+    def tenant_exists(self, tenant: str) -> bool: ...
+
+    @abstractmethod
+    def add(self, record: KeyRecord) -> None: ...
+
+    @abstractmethod
+    def revoke(self, key_id: str, at: datetime) -> bool:
+        """Revoke a live key; ``False`` if there is none by that id."""
+
+    @abstractmethod
+    def keys(self, tenant: str) -> list[KeyRecord]: ...
+
+
+def issue(store: KeyStore, tenant: str, role: Role, spaces: Iterable[str] | None,
+          now: datetime, label: str | None = None) -> tuple[KeyRecord, str]:
+    """A new key for an existing tenant: its record, and the token (shown once, never kept)."""
+    if not store.tenant_exists(tenant):
+        raise LookupError(f"no tenant {tenant!r}: create it first (memledger admin "
+                          f"create-tenant {tenant})")
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    record = KeyRecord(key_id, tenant, role, None if spaces is None else frozenset(spaces),
+                       _digest(secret), label, now, None)
+    store.add(record)
+    return record, f"mlk_{key_id}_{secret}"
+
+
+class Gate:
+    """Turns a request's credentials into a ``Principal`` and checks what it asks for."""
+
+    def __init__(self, keys: KeyStore | None, default_tenant: str | None) -> None:
+        self._keys = keys
+        self._default = default_tenant
+
+    @property
+    def required(self) -> bool:
+        return self._keys is not None
+
+    def principal(self, authorization: str | None, tenant_header: str | None) -> Principal:
+        if self._keys is None:
+            return Principal(_open_tenant(tenant_header, self._default), "admin")
+        record = self._record(authorization)
+        if tenant_header is not None and tenant_header != record.tenant:
+            raise Denied(403, "forbidden", f"this key belongs to another tenant than "
+                         f"{tenant_header!r}", f"header.{TENANT_HEADER}")
+        return Principal(record.tenant, record.role, record.spaces, record.key_id)
+
+    def _record(self, authorization: str | None) -> KeyRecord:
+        assert self._keys is not None
+        if not authorization:
+            raise Denied(401, "unauthenticated", "an API key is required: send "
+                         "'Authorization: Bearer mlk_…'", "header.Authorization")
+        scheme, _, token = authorization.partition(" ")
+        match = _TOKEN.fullmatch(token.strip()) if scheme.lower() == "bearer" else None
+        if match is None:
+            raise Denied(401, "unauthenticated", "not an API key this service issued (expected "
+                         "'Bearer mlk_<id>_<secret>')", "header.Authorization")
+        record = self._keys.find(match.group(1))
+        if record is None or not hmac.compare_digest(record.secret_sha256,
+                                                     _digest(match.group(2))):
+            raise Denied(401, "unauthenticated", "unknown API key", "header.Authorization")
+        if record.revoked_at is not None:
+            raise Denied(401, "unauthenticated", f"API key {record.key_id} was revoked at "
+                         f"{record.revoked_at.isoformat()}", "header.Authorization")
+        return record
+
+
+def require(principal: Principal, role: Role, spaces: Iterable[str] = (), *,
+            path: str = "space_id") -> None:
+    """``Denied`` (403) unless ``principal`` has ``role`` and sees every one of ``spaces``."""
+    if not principal.may(role):
+        raise Denied(403, "forbidden", f"this key has role {principal.role!r}; "
+                     f"{role!r} is needed", "header.Authorization")
+    hidden = sorted(s for s in spaces if not principal.sees(s))
+    if hidden:
+        raise Denied(403, "forbidden", f"this key has no grant for space(s) "
+                     f"{', '.join(map(repr, hidden))}", path)
+
+
+def _open_tenant(header: str | None, default: str | None) -> str:
+    tenant = header or default
+    if tenant is None:
+        raise Denied(422, "invalid_request", "required", f"header.{TENANT_HEADER}")
+    if not _TENANT.fullmatch(tenant):
+        raise Denied(422, "invalid_request", "not a valid tenant id", f"header.{TENANT_HEADER}")
+    return tenant
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
