@@ -9,8 +9,9 @@ import pytest
 
 from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.limits import RateLimiter
 from memledger_schemas.commands import COMMANDS
 
 
@@ -207,3 +208,20 @@ async def test_the_openapi_document_describes_every_command(api: httpx.AsyncClie
         operation = spec["paths"][model.http_path]["post"]
         ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         assert ref.rsplit("/", 1)[-1] in spec["components"]["schemas"]
+
+
+async def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_loses_no_accepted_write(
+        writer: GroupCommitWriter, event_store: PostgresEventStore) -> None:
+    limiter = RateLimiter(rate=0.01, burst=4)  # four requests, then one per 100 s
+    app = create_app(writer, _healthy, "default", Gate(None, "default", limiter))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as api:
+        await api.post("/v1/spaces", json={"space_id": "main"})
+        answers = [await api.post("/v1/spaces/main/memories",
+                                  json={"kind": "fact", "content": f"fact {n}"})
+                   for n in range(5)]
+    assert [a.status_code for a in answers] == [201, 201, 201, 429, 429]
+    assert int(answers[-1].headers["Retry-After"]) >= 1
+    assert answers[-1].json()["error"]["code"] == "rate_limited"
+    stored = [e for e in event_store.read_all(0, 100) if e.event_type == "memory.asserted"]
+    assert len(stored) == 3

@@ -21,6 +21,7 @@ from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform import bus, grpc_server, http_server
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,9 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     if on_grpc_ready is not None:
         on_grpc_ready(grpc_address)
     inputs_stop = asyncio.Event()
-    inputs = [asyncio.create_task(http_server.serve(app, sock, inputs_stop))]
+    limited = RequestLimits(app, max_body_bytes=settings.http_max_body_bytes,
+                            timeout_seconds=settings.http_request_timeout_seconds)
+    inputs = [asyncio.create_task(http_server.serve(limited, sock, inputs_stop))]
     if settings.intake_enabled:
         inputs.append(asyncio.create_task(service.intake.run(inputs_stop)))
     if on_ready is not None:

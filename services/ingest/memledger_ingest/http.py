@@ -28,6 +28,7 @@ from memledger_ingest.problems import (
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
+from memledger_platform.limits import retry_after
 from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
 from memledger_schemas.types import SLUG_PATTERN
 
@@ -141,8 +142,9 @@ def _may_write(principal: Principal, commands: Sequence[CommandBase]) -> None:
 
 
 def _denied(denied: Denied) -> Problem:
+    extra = {} if denied.retry_after is None else {"retry_after_seconds": denied.retry_after}
     return Problem(denied.status, denied.code, denied.message,
-                   ({"path": denied.path, "reason": denied.message},))
+                   ({"path": denied.path, "reason": denied.message},), extra)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -171,7 +173,10 @@ def _validate(model: type[M], body: dict[str, Any]) -> M:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    wait = body.get("error", {}).get("retry_after_seconds") if status == 429 else None
+    headers = None if wait is None else {"Retry-After": retry_after(wait)}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
 def _name(model: type[CommandBase]) -> str:

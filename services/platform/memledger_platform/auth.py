@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from memledger_platform.limits import RateLimiter
 from memledger_schemas.types import SLUG_PATTERN
 
 Role = Literal["read", "write", "admin"]
@@ -58,11 +59,14 @@ class KeyRecord:
 
 
 class Denied(Exception):
-    """A request the caller may not make: 401 (who are you?) or 403 (not you)."""
+    """A request the caller may not make: 401 (who are you?), 403 (not you) or 429 (not now)."""
 
-    def __init__(self, status: int, code: str, message: str, path: str) -> None:
+    def __init__(self, status: int, code: str, message: str, path: str,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.path = status, code, message, path
+        self.retry_after = retry_after
+        """Seconds a rate-limited caller should wait (429)."""
 
 
 class KeyStore(ABC):
@@ -103,22 +107,32 @@ def issue(store: KeyStore, tenant: str, role: Role, spaces: Iterable[str] | None
 class Gate:
     """Turns a request's credentials into a ``Principal`` and checks what it asks for."""
 
-    def __init__(self, keys: KeyStore | None, default_tenant: str | None) -> None:
+    def __init__(self, keys: KeyStore | None, default_tenant: str | None,
+                 limiter: RateLimiter | None = None) -> None:
         self._keys = keys
         self._default = default_tenant
+        self._limiter = limiter
 
     @property
     def required(self) -> bool:
         return self._keys is not None
 
     def principal(self, authorization: str | None, tenant_header: str | None) -> Principal:
+        """The caller, once per request: this also takes the request from the tenant's rate."""
         if self._keys is None:
-            return Principal(_open_tenant(tenant_header, self._default), "admin")
-        record = self._record(authorization)
-        if tenant_header is not None and tenant_header != record.tenant:
-            raise Denied(403, "forbidden", f"this key belongs to another tenant than "
-                         f"{tenant_header!r}", f"header.{TENANT_HEADER}")
-        return Principal(record.tenant, record.role, record.spaces, record.key_id)
+            found = Principal(_open_tenant(tenant_header, self._default), "admin")
+        else:
+            record = self._record(authorization)
+            if tenant_header is not None and tenant_header != record.tenant:
+                raise Denied(403, "forbidden", f"this key belongs to another tenant than "
+                             f"{tenant_header!r}", f"header.{TENANT_HEADER}")
+            found = Principal(record.tenant, record.role, record.spaces, record.key_id)
+        wait = self._limiter.wait(found.tenant) if self._limiter else 0.0
+        if wait > 0:
+            raise Denied(429, "rate_limited", f"tenant {found.tenant!r} is over its request "
+                         f"rate; retry in {wait:.2f} s (MEMLEDGER_RATE_LIMIT_PER_SECOND)",
+                         "header.Authorization", retry_after=wait)
+        return found
 
     def _record(self, authorization: str | None) -> KeyRecord:
         assert self._keys is not None

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from memledger_platform.limits import RateLimiter
 from memledger_schemas.subjects import Subjects
 from memledger_schemas.types import Slug
 
@@ -42,6 +43,11 @@ class Settings(BaseSettings):
     grpc_port: Port | None = Field(default=None, ge=0, le=65_535, description="gRPC API, on "
                                    "http_host (unset: 8430, 8431 for query alone, or a free one)")
     default_tenant: Slug | None = None
+    http_max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    http_request_timeout_seconds: float = Field(default=30.0, gt=0, le=3_600)
+    rate_limit_per_second: float = Field(default=5_000.0, ge=0, description="requests per "
+                                         "second per tenant; 0 turns the limit off")
+    rate_limit_burst: float = Field(default=10_000.0, ge=1)
     auth: Literal["auto", "required", "off"] = Field(
         default="auto", description="API keys: auto requires them except in the embedded mode "
         "on a loopback address")
@@ -87,6 +93,12 @@ class Settings(BaseSettings):
         if self.embedder == "auto":
             return "cohere" if self.cohere_api_key else "local"
         return self.embedder
+
+    @property
+    def rate_limiter(self) -> "RateLimiter | None":
+        if self.rate_limit_per_second <= 0:
+            return None
+        return RateLimiter(self.rate_limit_per_second, self.rate_limit_burst)
 
     @property
     def auth_required(self) -> bool:

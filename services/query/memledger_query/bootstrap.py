@@ -18,6 +18,7 @@ from memledger_enricher.embedding import Embedder
 from memledger_platform import bus, grpc_server, http_server
 from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
@@ -101,7 +102,9 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
         on_ready(f"gRPC {grpc_address}")
     vectors = asyncio.create_task(service.project_vectors(settings, nats_url, stop))
     try:
-        await http_server.serve(service.app, sock, stop)
+        await http_server.serve(RequestLimits(
+            service.app, max_body_bytes=settings.http_max_body_bytes,
+            timeout_seconds=settings.http_request_timeout_seconds), sock, stop)
     finally:
         stop.set()
         await rpc.stop(grpc_server.GRACE_SECONDS)

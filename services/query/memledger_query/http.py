@@ -25,6 +25,7 @@ from pydantic import AfterValidator, BaseModel
 
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.eventstore import EventStore
+from memledger_platform.limits import retry_after
 from memledger_query import replay, views
 from memledger_query.dto import (
     Basis,
@@ -50,9 +51,12 @@ class Problem(Exception):
 
     def response(self) -> Response:
         fields = [{"path": self.path, "reason": self.message}] if self.path else []
-        return _body({"error": {"status": self.status, "code": self.code,
-                                "message": self.message, "fields": fields, **self.extra}},
-                     self.status)
+        response = _body({"error": {"status": self.status, "code": self.code,
+                                    "message": self.message, "fields": fields, **self.extra}},
+                         self.status)
+        if "retry_after_seconds" in self.extra:
+            response.headers["Retry-After"] = retry_after(self.extra["retry_after_seconds"])
+        return response
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -131,7 +135,10 @@ def _authenticate(app: FastAPI, gate: Gate) -> None:
                 raise Denied(403, "forbidden", "this key is limited to some spaces: read "
                              "/v1/spaces/{space_id}/changes instead", "header.Authorization")
         except Denied as denied:
-            return Problem(denied.status, denied.code, denied.message, denied.path).response()
+            extra = {} if denied.retry_after is None else {
+                "retry_after_seconds": denied.retry_after}
+            return Problem(denied.status, denied.code, denied.message, denied.path,
+                           **extra).response()
         token = _PRINCIPAL.set(found)
         try:
             response = await call_next(request)
