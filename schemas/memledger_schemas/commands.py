@@ -56,6 +56,10 @@ class CommandBase(BaseModel):
     agent_id: AgentId | None = None
     correlation_id: ShortText | None = None
     causation_id: ShortText | None = None
+    subject_id: ShortText | None = Field(
+        default=None, description="the data subject whose personal data this carries (its "
+        "key seals it; erasing the subject destroys the key); default: the subject of the "
+        "stream written to, else 'space:<space_id>'")
 
 
 class ValidInterval(BaseModel):

@@ -17,20 +17,21 @@ class StateCache:
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._entries: dict[int, tuple[int, str, str, int]] = {}
+        self._entries: dict[int, tuple[int, str, str, int, str | None]] = {}
 
     def get(self, sid: UUID) -> StreamState | None:
         entry = self._entries.get(sid.int)
         if entry is None:
             return None
-        version, space_id, status, policy_version = entry
-        return StreamState(version, space_id, status, policy_version)  # type: ignore[arg-type]
+        version, space_id, status, policy_version, subject = entry
+        return StreamState(version, space_id, status, policy_version,  # type: ignore[arg-type]
+                           subject)
 
     def put_all(self, states: dict[UUID, StreamState]) -> None:
         for sid, state in states.items():
             self._entries.pop(sid.int, None)  # re-insert: most recent last
             self._entries[sid.int] = (state.version, state.space_id, state.status,
-                                      state.policy_version)
+                                      state.policy_version, state.subject)
         while len(self._entries) > self._size:
             del self._entries[next(iter(self._entries))]
 
@@ -42,6 +43,7 @@ def fold_state(events: list[RecordedEvent]) -> StreamState:
     """The state of a stream from its (non-empty) events, in version order."""
     state: StreamState | None = None
     for event in events:
-        state = evolve(state, event.event_type, event.fields()["space_id"])
+        fields = event.fields()
+        state = evolve(state, event.event_type, fields["space_id"], fields.get("subject_id"))
     assert state is not None
     return state

@@ -32,6 +32,7 @@ from memledger_ingest.results import (
     request_hash,
 )
 from memledger_ingest.state_cache import StateCache, fold_state
+from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, seal_payload
 
 __all__ = ["CommandResult", "GroupCommitWriter", "Rejected"]
 from memledger_platform.clock import Clock, SystemClock
@@ -81,8 +82,11 @@ class GroupCommitWriter:
     def __init__(self, store: EventStore, *, max_group_events: int = 4_000,
                  linger_seconds: float = 0.002, linger_below: int = 16,
                  cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
-                 new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None) -> None:
+                 new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
+                 keyring: Keyring | None = None) -> None:
         self._store = store
+        self._keyring = keyring
+        self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._clock = clock or SystemClock()
         self._max_group = max_group_events
         self._linger = linger_seconds
@@ -176,6 +180,9 @@ class GroupCommitWriter:
                                        "stream; retry", -1)))
 
     def _attempt(self, group: list[_Unit]) -> None:
+        # Subject keys are looked up once per group, never kept longer: a key destroyed by an
+        # erasure is never used again after the group that was running.
+        self._group_keys = {}
         known = self._known_keys(group)
         states = self._load_states(group)
         claims: dict[tuple[str, str], str] = {}
@@ -297,6 +304,11 @@ class GroupCommitWriter:
             # Every value comes from a validated command or domain payload, so the stored
             # JSON is written directly rather than through EventEnvelope again: the envelope
             # fields by orjson, the payload by its own serializer, spliced together.
+            subject = cmd.subject_id or (state.subject if state else None)
+            personal = payload.event_type in PERSONAL
+            if personal and subject is None:
+                subject = f"space:{decision.space_id}"
+            key = self._key(ctx.tenant, subject, decision.space_id) if personal else None
             head = orjson.dumps({
                 "event_id": event_id, "event_type": payload.event_type,
                 "schema_version": payload.schema_version, "stream_id": stream_id,
@@ -305,12 +317,27 @@ class GroupCommitWriter:
                 "agent_id": cmd.agent_id, "actor": ctx.actor, "valid_from": decision.valid_from,
                 "valid_to": decision.valid_to, "idempotency_key": cmd.idempotency_key,
                 "causation_id": cmd.causation_id, "correlation_id": cmd.correlation_id,
-                "traceparent": plan.unit.traceparent, "subject_id": None, "key_id": None})
-            body = payload.__pydantic_serializer__.to_json(payload)
+                "traceparent": plan.unit.traceparent, "subject_id": subject,
+                "key_id": key and key.key_id})
+            if key is None:
+                body = payload.__pydantic_serializer__.to_json(payload)
+            else:  # personal data leaves this process sealed, never in the clear
+                body = orjson.dumps(seal_payload(payload.model_dump(mode="json"),
+                                                 payload.event_type, str(event_id), key))
             data = b"".join((head[:-1], b',"payload":', body, b"}"))
             events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
-            plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id)
+            plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id,
+                                            subject)
         return events
+
+    def _key(self, tenant: str, subject: str | None, space: str) -> SubjectKey | None:
+        if self._keyring is None or subject is None:
+            return None
+        found = self._group_keys.get((tenant, subject, space))
+        if found is None:
+            found = self._keyring.for_writing(tenant, subject, space)
+            self._group_keys[(tenant, subject, space)] = found
+        return found
 
     # --- after commit ----------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ class StreamState:
     space_id: str
     status: Status
     policy_version: int = 0
+    subject: str | None = None
+    """The data subject of the stream's personal data (set by its first event)."""
 
 
 _STATUS_AFTER: dict[str, Status] = {
@@ -58,11 +60,14 @@ _STATUS_AFTER: dict[str, Status] = {
 }
 
 
-def evolve(state: StreamState | None, event_type: str, space_id: str) -> StreamState:
-    """The state after one more event on the stream (events of other types keep the status)."""
+def evolve(state: StreamState | None, event_type: str, space_id: str,
+           subject: str | None = None) -> StreamState:
+    """The state after one more event on the stream (events of other types keep the status;
+    the subject is the first event's)."""
     if state is None:
         return StreamState(version=1, space_id=space_id, status=_STATUS_AFTER.get(event_type,
-                                                                                "active"))
+                                                                                "active"),
+                           subject=subject)
     status = _STATUS_AFTER.get(event_type, state.status)
     bump = 1 if event_type == "space.policy_set" else 0
     return replace(state, version=state.version + 1, status=status,

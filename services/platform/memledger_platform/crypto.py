@@ -1,0 +1,157 @@
+"""Crypto-shredding: personal data in event payloads is sealed with a key of its data subject
+before it is stored or published; destroying the key erases it everywhere the log went.
+
+- ``PERSONAL`` names the payload fields that carry personal data, per event type, with the
+  placeholder a reader sees once the key is gone.
+- A sealed field is the string ``ml-enc:v1:<key_id>:<base64url(nonce | AES-GCM ciphertext)>``
+  of the field's JSON value, bound (associated data) to the event id and the field name, so a
+  sealed value cannot be moved to another event or field.
+- Subject keys live in a ``Keyring``; each is wrapped (AES-GCM) by the master key from the
+  settings. Erasure destroys a subject's keys: every event sealed with them opens to its
+  placeholders from then on, in every replay and rebuild, and never fails.
+"""
+
+import base64
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+PREFIX = "ml-enc:v1:"
+ERASED = "[erased]"
+
+PERSONAL: dict[str, dict[str, Any]] = {
+    "memory.asserted": {"content": ERASED, "triple": None},
+    "memory.revised": {"content": ERASED, "triple": None},
+    "conversation.message_appended": {"content": ERASED, "text": ERASED, "participant": None},
+    "preference.extracted": {"value": ERASED},
+    "memory.embedded": {"vector": None},
+    "memory.entities_extracted": {"entities": []},
+    "entity.upserted": {"name": ERASED, "aliases": []},
+    "feedback.recorded": {"comment": None},
+    "retrieval.performed": {"query": ERASED},
+}
+"""Event type → personal field → what a reader sees once the subject is erased."""
+
+
+@dataclass(frozen=True)
+class SubjectKey:
+    key_id: str
+    key: bytes
+
+
+class Keyring(ABC):
+    @abstractmethod
+    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+        """The subject's live key (made on first use), noting that it seals data in ``space``
+        (so an erasure can check that space's legal hold)."""
+
+    @abstractmethod
+    def key(self, key_id: str) -> bytes | None:
+        """A key by id; ``None`` once destroyed (or if unknown)."""
+
+    @abstractmethod
+    def spaces_of(self, tenant: str, subject: str) -> list[str]:
+        """Every space the subject's live keys have sealed data in."""
+
+    @abstractmethod
+    def destroy(self, tenant: str, subject: str) -> list[str]:
+        """Destroy the subject's live keys; their ids (empty if it had none)."""
+
+    def forget(self, key_ids: list[str]) -> None:  # noqa: B027  (only caching keyrings)
+        """Drop cached copies of destroyed keys (readers call it on ``subject.erased``)."""
+
+
+def new_key() -> bytes:
+    return AESGCM.generate_key(bit_length=256)
+
+
+def wrap(master: bytes, key_id: str, key: bytes) -> bytes:
+    nonce = os.urandom(12)
+    return nonce + AESGCM(master).encrypt(nonce, key, key_id.encode())
+
+
+def unwrap(master: bytes, key_id: str, wrapped: bytes) -> bytes:
+    return AESGCM(master).decrypt(wrapped[:12], wrapped[12:], key_id.encode())
+
+
+def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: SubjectKey
+                 ) -> dict[str, Any]:
+    """``payload`` with its personal fields sealed (fields that are absent or null stay so)."""
+    fields = PERSONAL.get(event_type, {})
+    sealed = dict(payload)
+    aead = AESGCM(key.key)
+    for name in fields:
+        value = payload.get(name)
+        if value is None:
+            continue
+        nonce = os.urandom(12)
+        box = aead.encrypt(nonce, orjson.dumps(value), f"{event_id}/{name}".encode())
+        sealed[name] = PREFIX + key.key_id + ":" + base64.urlsafe_b64encode(
+            nonce + box).decode().rstrip("=")
+    return sealed
+
+
+def is_sealed(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None]
+                  ) -> dict[str, Any]:
+    """The event document with its sealed fields opened, or replaced by their placeholders
+    when the key is gone. Unsealed documents are returned as they are."""
+    payload = document.get("payload")
+    fields = PERSONAL.get(document.get("event_type", ""), {})
+    if not isinstance(payload, dict) or not any(is_sealed(payload.get(f)) for f in fields):
+        return document
+    opened = dict(payload)
+    for name, placeholder in fields.items():
+        if is_sealed(payload.get(name)):
+            opened[name] = _open(payload[name], f"{document['event_id']}/{name}", key_of,
+                                 placeholder)
+    return {**document, "payload": opened}
+
+
+def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any) -> Any:
+    key_id, _, box = value[len(PREFIX):].partition(":")
+    key = key_of(key_id)
+    if key is None:
+        return placeholder
+    raw = base64.urlsafe_b64decode(box + "=" * (-len(box) % 4))
+    return orjson.loads(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
+
+
+class MemoryKeyring(Keyring):
+    """Keys in a dict: for unit tests and the fake event store."""
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[str, str], SubjectKey] = {}
+        self._keys: dict[str, bytes] = {}
+        self._spaces: dict[tuple[str, str], set[str]] = {}
+
+    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+        found = self._live.get((tenant, subject))
+        if found is None:
+            found = SubjectKey(os.urandom(8).hex(), new_key())
+            self._live[(tenant, subject)] = found
+            self._keys[found.key_id] = found.key
+        self._spaces.setdefault((tenant, subject), set()).add(space)
+        return found
+
+    def key(self, key_id: str) -> bytes | None:
+        return self._keys.get(key_id)
+
+    def spaces_of(self, tenant: str, subject: str) -> list[str]:
+        return sorted(self._spaces.get((tenant, subject), ()))
+
+    def destroy(self, tenant: str, subject: str) -> list[str]:
+        found = self._live.pop((tenant, subject), None)
+        self._spaces.pop((tenant, subject), None)
+        if found is None:
+            return []
+        self._keys.pop(found.key_id, None)
+        return [found.key_id]

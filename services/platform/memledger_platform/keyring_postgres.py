@@ -1,0 +1,92 @@
+"""Subject keys in PostgreSQL, wrapped by the master key, beside the event store."""
+
+import os
+from collections import OrderedDict
+from typing import Any
+
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from memledger_platform.crypto import Keyring, SubjectKey, new_key, unwrap, wrap
+
+_TABLE = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.memledger_subject_keys (
+    key_id text PRIMARY KEY, tenant_id text NOT NULL, subject_id text NOT NULL,
+    wrapped bytea, spaces text[] NOT NULL DEFAULT '{{}}', created_at timestamptz NOT NULL
+    DEFAULT now(), destroyed_at timestamptz,
+    CHECK ((wrapped IS NULL) = (destroyed_at IS NOT NULL)));
+CREATE UNIQUE INDEX IF NOT EXISTS memledger_subject_keys_live
+    ON {s}.memledger_subject_keys (tenant_id, subject_id) WHERE destroyed_at IS NULL;
+"""
+_CACHE = 10_000
+
+
+class PostgresKeyring(Keyring):
+    """Reads cache keys by id (a key never changes; a destroyed one is evicted by ``forget``,
+    which readers call when they apply ``subject.erased``)."""
+
+    def __init__(self, pool: ConnectionPool[Any], master: bytes, schema: str = "public") -> None:
+        self._pool = pool
+        self._master = master
+        self._s = sql.Identifier(schema)
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        with pool.connection() as conn:
+            conn.execute(sql.SQL(_TABLE).format(s=self._s))
+
+    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+        with self._pool.connection() as conn:
+            row = conn.execute(sql.SQL(
+                "UPDATE {}.memledger_subject_keys SET spaces = CASE WHEN %(space)s = ANY(spaces) "
+                "THEN spaces ELSE array_append(spaces, %(space)s) END WHERE tenant_id = "
+                "%(tenant)s AND subject_id = %(subject)s AND destroyed_at IS NULL "
+                "RETURNING key_id, wrapped").format(self._s),
+                {"tenant": tenant, "subject": subject, "space": space}).fetchone()
+            if row is None:
+                key_id, key = os.urandom(8).hex(), new_key()
+                row = conn.execute(sql.SQL(
+                    "INSERT INTO {}.memledger_subject_keys (key_id, tenant_id, subject_id, "
+                    "wrapped, spaces) VALUES (%s, %s, %s, %s, ARRAY[%s]) ON CONFLICT "
+                    "(tenant_id, subject_id) WHERE destroyed_at IS NULL DO UPDATE SET spaces = "
+                    "{}.memledger_subject_keys.spaces RETURNING key_id, wrapped").format(
+                    self._s, self._s),
+                    (key_id, tenant, subject, wrap(self._master, key_id, key), space)).fetchone()
+        assert row is not None
+        return SubjectKey(row[0], unwrap(self._master, row[0], bytes(row[1])))
+
+    def key(self, key_id: str) -> bytes | None:
+        cached = self._cache.get(key_id)
+        if cached is not None:
+            return cached
+        with self._pool.connection() as conn:
+            row = conn.execute(sql.SQL("SELECT wrapped FROM {}.memledger_subject_keys WHERE "
+                                       "key_id = %s").format(self._s), (key_id,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        key = unwrap(self._master, key_id, bytes(row[0]))
+        self._cache[key_id] = key
+        if len(self._cache) > _CACHE:
+            self._cache.popitem(last=False)
+        return key
+
+    def forget(self, key_ids: list[str]) -> None:
+        for key_id in key_ids:
+            self._cache.pop(key_id, None)
+
+    def spaces_of(self, tenant: str, subject: str) -> list[str]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.SQL(
+                "SELECT DISTINCT unnest(spaces) FROM {}.memledger_subject_keys WHERE tenant_id = "
+                "%s AND subject_id = %s AND destroyed_at IS NULL ORDER BY 1").format(self._s),
+                (tenant, subject)).fetchall()
+        return [r[0] for r in rows]
+
+    def destroy(self, tenant: str, subject: str) -> list[str]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.SQL(
+                "UPDATE {}.memledger_subject_keys SET wrapped = NULL, destroyed_at = now() "
+                "WHERE tenant_id = %s AND subject_id = %s AND destroyed_at IS NULL "
+                "RETURNING key_id").format(self._s), (tenant, subject)).fetchall()
+        destroyed = [r[0] for r in rows]
+        self.forget(destroyed)
+        return destroyed

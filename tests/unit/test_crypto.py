@@ -1,0 +1,98 @@
+"""Crypto-shredding: personal fields leave the writer sealed with their subject's key, open
+with it, and open to placeholders (never an error) once it is destroyed."""
+
+from typing import Any
+
+import orjson
+import pytest
+from cryptography.exceptions import InvalidTag
+
+from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.crypto import (
+    ERASED,
+    PERSONAL,
+    MemoryKeyring,
+    is_sealed,
+    new_key,
+    open_document,
+    seal_payload,
+    unwrap,
+    wrap,
+)
+from memledger_platform.eventstore.memory import InMemoryEventStore
+from memledger_schemas import commands as c
+
+SECRET = "my phone number is 555-0199"
+
+
+def _document(payload: dict[str, Any], event_type: str = "memory.asserted") -> dict[str, Any]:
+    return {"event_id": "e1", "event_type": event_type, "payload": payload}
+
+
+def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> None:
+    keyring = MemoryKeyring()
+    key = keyring.for_writing("acme", "user-7", "main")
+    payload = {"item_id": "i", "content": SECRET, "triple": {"subject": "a"}, "kind": "fact"}
+    sealed = seal_payload(payload, "memory.asserted", "e1", key)
+    assert is_sealed(sealed["content"])
+    assert SECRET not in orjson.dumps(sealed).decode()
+    assert sealed["kind"] == "fact"  # only personal fields are sealed
+    assert open_document(_document(sealed), keyring.key)["payload"] == payload
+    assert keyring.destroy("acme", "user-7") == [key.key_id]
+    erased = open_document(_document(sealed), keyring.key)["payload"]
+    assert erased == {**payload, "content": ERASED, "triple": None}
+
+
+@pytest.mark.parametrize("event_type", sorted(PERSONAL))
+def test_every_personal_field_has_a_placeholder_of_a_readable_shape(event_type: str) -> None:
+    for placeholder in PERSONAL[event_type].values():
+        assert placeholder is None or isinstance(placeholder, (str, list))
+
+
+def test_a_sealed_value_cannot_be_moved_to_another_event() -> None:
+    keyring = MemoryKeyring()
+    key = keyring.for_writing("acme", "s", "main")
+    sealed = seal_payload({"content": SECRET}, "memory.asserted", "e1", key)
+    moved = {"event_id": "e2", "event_type": "memory.asserted", "payload": sealed}
+    with pytest.raises(InvalidTag):
+        open_document(moved, keyring.key)
+
+
+def test_keys_are_wrapped_by_the_master_key() -> None:
+    master, key = new_key(), new_key()
+    wrapped = wrap(master, "k1", key)
+    assert key not in wrapped
+    assert unwrap(master, "k1", wrapped) == key
+    with pytest.raises(InvalidTag):
+        unwrap(new_key(), "k1", wrapped)
+
+
+def test_an_erased_subject_writes_again_under_a_new_key() -> None:
+    keyring = MemoryKeyring()
+    first = keyring.for_writing("acme", "s", "main")
+    keyring.destroy("acme", "s")
+    assert keyring.for_writing("acme", "s", "main").key_id != first.key_id
+    assert keyring.spaces_of("acme", "s") == ["main"]
+
+
+async def test_the_writer_stores_personal_fields_sealed_with_the_named_subject() -> None:
+    store, keyring = InMemoryEventStore(), MemoryKeyring()
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit("acme", [c.CreateSpace(space_id="main")])
+        made = await writer.submit("acme", [c.AssertMemory(
+            space_id="main", kind="fact", content=SECRET, subject_id="user-7")])
+        await writer.submit("acme", [c.ReviseMemory(  # names no subject: the item's is used
+            space_id="main", item_id=made[0].ids["item_id"], content=SECRET + "!")])
+    finally:
+        writer.stop()
+    events = store.read_all(0, 10)
+    raw = b"".join(e.data for e in events).decode()
+    assert SECRET not in raw
+    asserted, revised = (orjson.loads(e.document()) for e in events[1:])
+    assert asserted["subject_id"] == revised["subject_id"] == "user-7"
+    assert asserted["key_id"] == revised["key_id"] is not None
+    assert open_document(asserted, keyring.key)["payload"]["content"] == SECRET
+    space = orjson.loads(events[0].document())
+    assert space["key_id"] is None  # nothing personal in it
