@@ -307,6 +307,18 @@ class RecordPreference(CommandBase):
     confidence: Unit
 
 
+class EraseSubject(CommandBase):
+    """Records that a data subject was erased (its keys already destroyed). Not a client
+    command: only the erasure service sends it, after checking legal holds and destroying the
+    keys, so it has no generic route and no intake subject."""
+
+    http_path: ClassVar[str] = "/v1/subjects/{subject_id}/erase"
+    command: Literal["erase_subject"] = "erase_subject"
+    subject_id: ShortText
+    key_ids: tuple[ShortText, ...] = Field(default=(), max_length=1_000)
+    reason: Reason | None = None
+
+
 COMMANDS: tuple[type[CommandBase], ...] = (
     CreateSpace, SetSpacePolicy, ArchiveSpace, RegisterAgent, StartSession, EndSession,
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,

@@ -21,7 +21,9 @@ from memledger_ingest.http import create_app as create_ingest_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import Relay
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform import receipts
 from memledger_platform.auth import TENANT_HEADER, Gate
+from memledger_platform.crypto import Keyring, Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_projector import schema
@@ -68,21 +70,30 @@ async def _no_health() -> dict[str, Any]:
 @asynccontextmanager
 async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[Client,
                    JetStreamContext], subjects: Subjects, writer: GroupCommitWriter,
-                   embedder: Embedder, vectors_dir: Path, gate: Gate | None = None
-                   ) -> AsyncIterator[Pipeline]:
+                   embedder: Embedder, vectors_dir: Path, gate: Gate | None = None,
+                   keyring: Keyring | None = None) -> AsyncIterator[Pipeline]:
+    """Every service of the pipeline; with a ``keyring`` they open sealed personal data (the
+    ``writer`` must then seal with it) and report erasures to the receipts table."""
     nc, js = nats
     names = schema.Names(base)
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.ensure_pointer(conn, names)
+        receipts.ensure(conn, base)
     pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
         dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
     index = QdrantEdgeVectorIndex(vectors_dir, embedder.dims)
     client = IntakeClient(nc, js, subjects, timeout_seconds=20)
     await client.start()
-    enricher = Enricher(js, subjects, embedder, client, batch=16)
-    vectors = VectorProjector(subjects, index, embedder.model_id, batch=64)
+    enricher = Enricher(js, subjects, embedder, client, batch=16, opener=Opener(keyring))
+
+    def erased(tenant: str, subject: str, position: int, points: int) -> None:
+        with pool.connection() as conn:
+            receipts.record(conn, base, tenant, subject, position, "vectors", {"points": points})
+
+    vectors = VectorProjector(subjects, index, embedder.model_id, batch=64,
+                              opener=Opener(keyring), on_erased=erased)
     reader = Reader(pool, names)
-    app = create_app(reader, store, "default", gate)
+    app = create_app(reader, store, "default", gate, Opener(keyring))
     add_routes(app, Semantic(index, embedder, vectors, reader))
     ingest_app = create_ingest_app(writer, _no_health, "default", gate)
     stop = asyncio.Event()
@@ -90,7 +101,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
         Intake(nc, js, writer, subjects, batch=32).run(stop),
         Relay(store, js, subjects, batch=200, poll_seconds=0.05).run(stop),
         Projector(lambda: tune(psycopg.connect(dsn, autocommit=True)), js, subjects, names,
-                  batch=200).run(stop),
+                  batch=200, opener=Opener(keyring)).run(stop),
         enricher.run(stop), vectors.run(js, stop))]
     try:
         yield Pipeline(writer, enricher, vectors, index, app, ingest_app)

@@ -73,6 +73,16 @@ def keyword_ids(index: VectorIndex, scope: Scope, *query: int) -> list[str]:
 class VectorIndexContract:
     """Every test receives ``index``: an empty ``VectorIndex`` with 3 dimensions."""
 
+    def test_deleting_a_subject_removes_all_its_points_in_that_tenant_only(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", subject_id="u7"), point("2", subject_id="u7"),
+                      point("3", subject_id="u8"),
+                      point("4", subject_id="u7", tenant="globex")])
+        assert index.delete_subject("acme", "u7") == 2
+        assert sorted(ids(index, now())) == ["3"]
+        assert ids(index, now(tenant="globex")) == ["4"]
+        assert index.delete_subject("acme", "u7") == 0
+
     def test_hits_come_best_first_and_at_most_k(self, index: VectorIndex) -> None:
         index.upsert([point("1", X), point("2", [0.9, 0.1, 0]), point("3", Y)])
         hits = index.search(X, now(), 2)

@@ -10,10 +10,14 @@ from typing import IO, Any
 
 import psycopg
 
+from memledger_cli import verify
 from memledger_cli.embedded import attach
 from memledger_cli.progress import Bar
-from memledger_platform.eventstore import RecordedEvent
+from memledger_platform.crypto import Opener
+from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
 from memledger_platform.settings import Settings
 from memledger_projector import rebuild as blue_green
 from memledger_projector import schema
@@ -35,6 +39,7 @@ def add_parsers(commands: Any) -> None:
     rebuild = commands.add_parser("rebuild", help="rebuild a projection (blue/green)")
     rebuild.add_argument("projection", choices=["postgres"], help="which read models")
     rebuild.set_defaults(handler=run_rebuild)
+    verify.add_parser(commands)
 
 
 def run_replay(args: argparse.Namespace, settings: Settings) -> int:
@@ -69,7 +74,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _events(store: PostgresEventStore, after: int, last: int) -> Iterator[RecordedEvent]:
+def _events(store: EventStore, after: int, last: int) -> Iterator[RecordedEvent]:
     while after < last:
         batch = store.read_all(after, _BATCH)
         if not batch:
@@ -96,13 +101,18 @@ def _wanted(event: RecordedEvent, args: argparse.Namespace) -> bool:
 
 
 @contextmanager
-def _store(dsn: str, settings: Settings) -> Iterator[PostgresEventStore]:
+def _store(dsn: str, settings: Settings) -> Iterator[EventStore]:
+    """The event store, read through the subjects' keys (sealed personal data opened, or its
+    placeholders once erased)."""
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
                                                   pool_size=1))
+    keyring, pool = keyring_for(with_home_master_key(settings), dsn)
     try:
-        yield store
+        yield OpenedEventStore(store, Opener(keyring))
     finally:
         store.close()
+        if pool is not None:
+            pool.close()
 
 
 @contextmanager

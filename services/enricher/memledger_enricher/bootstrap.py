@@ -7,6 +7,8 @@ from memledger_enricher import embedders
 from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import DURABLE, Enricher
 from memledger_platform import bus
+from memledger_platform.crypto import Opener
+from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug
 
@@ -23,14 +25,20 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
                           timeout_seconds=settings.enricher_reply_timeout_seconds)
     await intake.start()
     # One consumer per model: switching the model re-enriches the whole log with the new one.
+    # Sealed personal data is opened with the subjects' keys, kept beside the event store.
+    keyring, pool = (await asyncio.to_thread(keyring_for, settings, settings.postgres_dsn)
+                     if settings.postgres_dsn else (None, None))
     enricher = Enricher(js, settings.subjects, embedder, intake, batch=settings.enricher_batch,
-                        durable=f"{DURABLE}-{model_slug(embedder.model_id)}")
+                        durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                        opener=Opener(keyring))
     log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
     try:
         await enricher.run(stop)
     finally:
         await intake.close()
         await nc.close()
+        if pool is not None:
+            pool.close()
 
 
 async def run(settings: Settings) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from memledger_enricher.extraction import Extraction, extract
+from memledger_platform.crypto import ERASED
 from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
@@ -41,6 +42,8 @@ class Source:
     """The item's stream version that set this content; ``None`` for a message."""
     text: str
     correlation_id: str
+    subject: str | None = None
+    """The data subject of the text: what is learned from it belongs to them too."""
 
     @property
     def embeds(self) -> bool:
@@ -51,6 +54,8 @@ def source_of(document: dict[str, Any]) -> Source | None:
     """The text an event carries worth enriching, or ``None``."""
     payload = document["payload"]
     event_type = document["event_type"]
+    if payload.get("content") == ERASED or payload.get("text") == ERASED:
+        return None  # erased before it was enriched: nothing left to learn from
     if event_type in ("memory.asserted", "memory.revised"):
         if not payload.get("content"):
             return None  # a revision of attributes only: the embedding still holds
@@ -64,14 +69,16 @@ def source_of(document: dict[str, Any]) -> Source | None:
 
 def _source(document: dict[str, Any], item_id: UUID, version: int | None, text: str) -> Source:
     return Source(document["tenant_id"], document["space_id"], item_id, version, text,
-                  document.get("correlation_id") or str(document["event_id"]))
+                  document.get("correlation_id") or str(document["event_id"]),
+                  document.get("subject_id"))
 
 
 def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:
     """The commands recording what was learned from ``source`` (``vector``: its embedding,
     when it embeds)."""
     found: list[CommandBase] = []
-    common: dict[str, Any] = {"actor": ACTOR, "correlation_id": source.correlation_id[:512]}
+    common: dict[str, Any] = {"actor": ACTOR, "correlation_id": source.correlation_id[:512],
+                              "subject_id": source.subject}
     version = source.item_version
     if vector is not None and version is not None:
         found.append(RecordEmbedding(

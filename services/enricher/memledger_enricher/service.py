@@ -23,6 +23,7 @@ from memledger_enricher.embedding import Embedder
 from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
 from memledger_platform.bus import fetch_ready
+from memledger_platform.crypto import Opener
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
 
@@ -35,13 +36,15 @@ RETRY_DELAY_SECONDS = 5.0
 
 class Enricher:
     def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
-                 intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE) -> None:
+                 intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE,
+                 opener: Opener | None = None) -> None:
         self._js = js
         self._subjects = subjects
         self._embedder = embedder
         self._intake = intake
         self._batch = batch
         self._durable = durable
+        self._open = opener or Opener(None)
         self.enriched = 0
         self.refused = 0
 
@@ -72,7 +75,8 @@ class Enricher:
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Enrich a fetched batch and settle every message of it."""
-        sources = [source for source in map(_source, msgs) if source is not None]
+        sources = [source for source in (_source(m, self._open) for m in msgs)
+                   if source is not None]
         try:
             commands = await self._commands(sources)
             for tenant, batch in _by_tenant(commands).items():
@@ -102,9 +106,9 @@ class Enricher:
                 log.error("enricher command refused: %s", result["error"].get("message"))
 
 
-def _source(msg: Msg) -> Source | None:
+def _source(msg: Msg, opener: Opener) -> Source | None:
     try:
-        return source_of(orjson.loads(msg.data))
+        return source_of(opener(orjson.loads(msg.data)))
     except (ValueError, KeyError, TypeError) as error:
         # Undecodable here means the projector dead-letters it too; enrichment skips it.
         log.error("enricher skipped an undecodable event on %s: %r", msg.subject, error)

@@ -10,10 +10,12 @@ from typing import Any
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from psycopg_pool import ConnectionPool
 from starlette.routing import Mount
 from starlette.types import ASGIApp
 
 from memledger_ingest import grpc_api
+from memledger_ingest.erasure import Erasure
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
@@ -21,6 +23,7 @@ from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform import bus, grpc_server, http_server
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.keyring_postgres import PostgresKeyring, keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 
@@ -50,6 +53,12 @@ class IngestService:
     js: JetStreamContext
     writer: GroupCommitWriter
     intake: Intake
+    keyring: PostgresKeyring | None = None
+    keyring_pool: ConnectionPool[Any] | None = None
+
+    @property
+    def erasure(self) -> Erasure | None:
+        return None if self.keyring is None else Erasure(self.store, self.keyring, self.writer)
 
 
 async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
@@ -60,10 +69,16 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     nc = await bus.connect(endpoints.nats_url, "memledger-ingest")
     js = nc.jetstream(publish_async_max_pending=settings.relay_batch * 2)
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+    keyring, keyring_pool = await asyncio.to_thread(keyring_for, settings,
+                                                    endpoints.postgres_dsn)
+    if keyring is None:
+        log.warning("no MEMLEDGER_MASTER_KEY: personal data is stored unsealed and subjects "
+                    "cannot be erased by crypto-shredding")
     writer = GroupCommitWriter(store, max_group_events=settings.writer_max_group_events,
-                               linger_seconds=settings.writer_linger_ms / 1000)
+                               linger_seconds=settings.writer_linger_ms / 1000,
+                               keyring=keyring)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
-    return IngestService(settings, store, nc, js, writer, intake)
+    return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool)
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
@@ -78,7 +93,7 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
                             setting="MEMLEDGER_HTTP_PORT")
     gate = await asyncio.to_thread(open_gate, settings, endpoints.postgres_dsn)
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback,
-                     gate.gate)
+                     gate.gate, service.erasure)
     if also is not None:  # embedded mode: the query API behind the same port
         app.routes.append(Mount("/", app=also))
     service.writer.start()
@@ -109,6 +124,8 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     await service.nc.close()
     await asyncio.to_thread(service.store.close)
     await asyncio.to_thread(gate.close)
+    if service.keyring_pool is not None:
+        await asyncio.to_thread(service.keyring_pool.close)
 
 
 async def run(settings: Settings) -> None:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route, Router
 
 from memledger_ingest.domain.errors import DomainError
+from memledger_ingest.erasure import Erasure, LegalHold
 from memledger_ingest.problems import (
     Problem,
     batch_body,
@@ -29,7 +30,7 @@ from memledger_ingest.problems import (
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.limits import retry_after
-from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
+from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch, EraseSubject
 from memledger_schemas.types import SLUG_PATTERN
 
 BATCH_PATH = "/v1/batch"
@@ -44,7 +45,7 @@ class HttpError(Exception):
 
 
 def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | None,
-               gate: Gate | None = None) -> Router:
+               gate: Gate | None = None, erasure: Erasure | None = None) -> Router:
     """The ASGI app; nothing here connects to anything (the writer, health and key gate are
     given; without a gate, authentication is off).
 
@@ -55,6 +56,9 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
                     name=_name(model)) for model in COMMANDS]
     routes.append(Route(BATCH_PATH, _batch_route(writer, tenant_of), methods=["POST"],
                         name="batch"))
+    if erasure is not None:
+        routes.append(Route(EraseSubject.http_path, _erase_route(erasure, tenant_of),
+                            methods=["POST"], name="erase_subject"))
     spec = openapi()
 
     async def health_route(_: Request) -> Response:
@@ -99,6 +103,31 @@ def _batch_route(writer: GroupCommitWriter, tenant_of: Resolver
         except HttpError as error:
             return _json(error.problem.status, error.problem.body())
         return _json(201, batch_body(results))
+
+    return route
+
+
+def _erase_route(erasure: Erasure, tenant_of: Resolver
+                 ) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        try:
+            principal = await tenant_of(request)
+            if not principal.may("admin") or principal.spaces is not None:
+                raise HttpError(_denied(Denied(
+                    403, "forbidden", "erasing a data subject needs an admin key for the "
+                    "whole tenant", "header.Authorization")))
+            body = await _json_body(request) if await request.body() else {}
+            reason = body.get("reason")
+            if reason is not None and not isinstance(reason, str):
+                raise HttpError(malformed("reason", "must be a string"))
+            receipt = await erasure.erase(principal.tenant, request.path_params["subject_id"],
+                                          reason, actor=f"key:{principal.key_id or 'local'}")
+        except LegalHold as hold:
+            return _json(409, Problem(409, "legal_hold", str(hold), (
+                {"path": "path.subject_id", "reason": str(hold)},)).body())
+        except HttpError as error:
+            return _json(error.problem.status, error.problem.body())
+        return _json(200, receipt)
 
     return route
 

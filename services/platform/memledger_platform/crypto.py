@@ -155,3 +155,22 @@ class MemoryKeyring(Keyring):
             return []
         self._keys.pop(found.key_id, None)
         return [found.key_id]
+
+
+class Opener:
+    """What every reader of events runs them through: sealed fields opened (or placeholders),
+    and on ``subject.erased`` the erased keys dropped from the keyring's cache, so nothing
+    read after the erasure opens with them. Without a keyring, documents pass unchanged and
+    sealed fields open to their placeholders."""
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self._keyring = keyring
+
+    def __call__(self, document: dict[str, Any]) -> dict[str, Any]:
+        if document.get("event_type") == "subject.erased" and self._keyring is not None:
+            self._keyring.forget(str(document["payload"].get("key_id", "")).split(","))
+        return open_document(document, self._keyring.key if self._keyring else _no_key)
+
+
+def _no_key(_: str) -> bytes | None:
+    return None

@@ -1,13 +1,16 @@
 """Subject keys in PostgreSQL, wrapped by the master key, beside the event store."""
 
+import base64
 import os
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_platform.crypto import Keyring, SubjectKey, new_key, unwrap, wrap
+from memledger_platform.settings import Settings
 
 _TABLE = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -90,3 +93,35 @@ class PostgresKeyring(Keyring):
         destroyed = [r[0] for r in rows]
         self.forget(destroyed)
         return destroyed
+
+
+def keyring_for(settings: Settings, dsn: str) -> tuple[PostgresKeyring | None,
+                                                       ConnectionPool[Any] | None]:
+    """The keyring the settings ask for (none without a master key), and its pool to close."""
+    master = settings.master_key_bytes
+    if master is None:
+        return None, None
+    pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=1, max_size=4, open=True,
+                                               kwargs={"autocommit": True})
+    return PostgresKeyring(pool, master, settings.postgres_schema), pool
+
+
+def ensure_master_key(home: Path) -> str:
+    """The embedded mode's master key: made once under ``home`` (owner-only), then reused."""
+    path = home / "master.key"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    return path.read_text().strip()
+
+
+def with_home_master_key(settings: Settings) -> Settings:
+    """``settings`` with the embedded mode's master key when none is set and one exists under
+    the home (operator commands attached to a running ``memledger up``)."""
+    path = settings.home.expanduser() / "master.key"
+    if settings.master_key is not None or not path.exists():
+        return settings
+    from pydantic import SecretStr
+
+    return settings.model_copy(update={"master_key": SecretStr(path.read_text().strip())})

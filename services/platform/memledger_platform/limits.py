@@ -12,7 +12,6 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

@@ -1,10 +1,12 @@
 """Typed settings, read once at start-up from ``MEMLEDGER_*`` environment variables and passed
 down. A bad value fails start-up with a message naming the variable."""
 
+import base64
+import binascii
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memledger_platform.limits import RateLimiter
@@ -48,6 +50,9 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(default=5_000.0, ge=0, description="requests per "
                                          "second per tenant; 0 turns the limit off")
     rate_limit_burst: float = Field(default=10_000.0, ge=1)
+    master_key: SecretStr | None = Field(
+        default=None, description="base64 of 32 random bytes: wraps the data subjects' keys "
+        "(personal data is sealed only when set; `memledger up` makes one under its home)")
     auth: Literal["auto", "required", "off"] = Field(
         default="auto", description="API keys: auto requires them except in the embedded mode "
         "on a loopback address")
@@ -84,6 +89,8 @@ class Settings(BaseSettings):
             if missing:
                 raise ValueError("distributed mode needs " + " and ".join(
                     ENV_PREFIX + m.upper() for m in missing))
+        if self.master_key is not None:
+            _master_bytes(self.master_key)
         if self.embedder == "cohere" and not self.cohere_api_key:
             raise ValueError("MEMLEDGER_EMBEDDER=cohere needs MEMLEDGER_COHERE_API_KEY")
         return self
@@ -93,6 +100,10 @@ class Settings(BaseSettings):
         if self.embedder == "auto":
             return "cohere" if self.cohere_api_key else "local"
         return self.embedder
+
+    @property
+    def master_key_bytes(self) -> bytes | None:
+        return None if self.master_key is None else _master_bytes(self.master_key)
 
     @property
     def rate_limiter(self) -> "RateLimiter | None":
@@ -117,6 +128,16 @@ class Settings(BaseSettings):
         if self.default_tenant is not None:
             return self.default_tenant
         return "default" if self.mode == "embedded" else None
+
+
+def _master_bytes(secret: SecretStr) -> bytes:
+    try:
+        raw = base64.b64decode(secret.get_secret_value(), validate=True)
+    except (ValueError, binascii.Error):
+        raise ValueError("MEMLEDGER_MASTER_KEY must be base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"MEMLEDGER_MASTER_KEY must be 32 bytes (base64), not {len(raw)}")
+    return raw
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -6,7 +6,9 @@ from typing import Any
 
 import psycopg
 
-from memledger_platform import bus
+from memledger_platform import bus, receipts
+from memledger_platform.crypto import Opener
+from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_projector import schema
 from memledger_projector.consumer import Projector
@@ -26,13 +28,16 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     def connect() -> psycopg.Connection[Any]:
         return tune(psycopg.connect(dsn, autocommit=True))
 
+    keyring, pool = await asyncio.to_thread(keyring_for, settings, dsn)
     projector = Projector(connect, js, settings.subjects, names,
-                          batch=settings.projector_batch)
+                          batch=settings.projector_batch, opener=Opener(keyring))
     log.info("projecting %s into %s", settings.subjects.events_stream, names.schema(version))
     try:
         await projector.run(stop)
     finally:
         await nc.close()
+        if pool is not None:
+            pool.close()
 
 
 async def run(settings: Settings) -> None:
@@ -47,4 +52,5 @@ async def run(settings: Settings) -> None:
 
 def _prepare(dsn: str, names: schema.Names) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        receipts.ensure(conn, names.base)
         return schema.ensure_pointer(conn, names)

@@ -20,11 +20,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from memledger_platform import receipts
 from memledger_platform.bus import fetch_ready
-from memledger_projector import store
+from memledger_platform.crypto import Opener
+from memledger_projector import erasure, store
 from memledger_projector.projection import Event, event_from
-from memledger_projector.schema import Names
-from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, Subjects
+from memledger_projector.schema import Names, live_version
+from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, HDR_EVENT_TYPE, Subjects
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +39,14 @@ ACK_WAIT_SECONDS = 15.0
 
 class Projector:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], js: JetStreamContext,
-                 subjects: Subjects, names: Names, *, batch: int = 500) -> None:
+                 subjects: Subjects, names: Names, *, batch: int = 500,
+                 opener: Opener | None = None) -> None:
         self._connect = connect
         self._js = js
         self._subjects = subjects
         self._names = names
         self._batch = batch
+        self._open = opener or Opener(None)
         self._conn: psycopg.Connection[Any] | None = None
         self.position = 0
         self.dead_letters = 0
@@ -60,7 +64,49 @@ class Projector:
                 await self.handle(msgs)
 
     async def handle(self, msgs: list[Msg]) -> None:
-        """Apply a fetched batch and settle every message of it."""
+        """Apply a fetched batch and settle every message of it. An erasure splits the batch:
+        the events before it are applied, the subject's rows scrubbed, then the rest."""
+        start = 0
+        for index, msg in enumerate(msgs):
+            if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
+                await self._handle(msgs[start:index])
+                await self._scrub(msg)
+                start = index
+        await self._handle(msgs[start:])
+
+    async def _scrub(self, msg: Msg) -> None:
+        # Before the erasure event itself is applied (and checkpointed): a crash in between
+        # scrubs again on redelivery, which changes nothing more.
+        document = orjson.loads(msg.data)
+        self._open(document)  # drops the erased keys from the keyring's cache
+        tenant, subject = document["tenant_id"], document["payload"]["subject_id"]
+        position = int(document["global_position"])
+        delay = RETRY_SECONDS
+        while True:
+            try:
+                purged = await asyncio.to_thread(self._scrub_now, tenant, subject, position)
+                break
+            except psycopg.OperationalError as error:
+                log.warning("projector retrying an erasure in %.1fs: %s", delay, error)
+                self._conn = None
+                await msg.in_progress()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+        log.info("erased subject %s of %s from the read models: %s", subject, tenant, purged)
+
+    def _scrub_now(self, tenant: str, subject: str, position: int) -> dict[str, int]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        schema_name = self._names.schema(live_version(self._conn, self._names))
+        purged = erasure.scrub(self._conn, schema_name, self._names.base, tenant, subject,
+                               position)
+        receipts.record(self._conn, self._names.base, tenant, subject, position, "postgres",
+                        purged)
+        return purged
+
+    async def _handle(self, msgs: list[Msg]) -> None:
+        if not msgs:
+            return
         events, good = await self._decode(msgs)
         if not events:
             return
@@ -91,7 +137,7 @@ class Projector:
         events, good = [], []
         for msg in msgs:
             try:
-                events.append(event_from(orjson.loads(msg.data)))
+                events.append(event_from(self._open(orjson.loads(msg.data))))
                 good.append(msg)
             except (ValueError, KeyError, TypeError) as error:
                 await self._dead_letter(msg, f"undecodable event: {error!r}")

@@ -289,10 +289,14 @@ def event_from(document: dict[str, Any]) -> Event:
         valid_to=_instant(document.get("valid_to")), payload=document["payload"])
 
 
-def event_of(position: int, recorded_at: datetime, data: bytes) -> Event:
+def event_of(position: int, recorded_at: datetime, data: bytes,
+             opener: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Event:
     """An ``Event`` from a stored event: its envelope JSON (without the commit fields) and the
-    commit fields as the store holds them (no re-encoding, no date parsing of recorded_at)."""
+    commit fields as the store holds them (no re-encoding, no date parsing of recorded_at).
+    ``opener`` opens sealed personal fields (``crypto.Opener``)."""
     document = orjson.loads(data)
+    if opener is not None:
+        document = opener(document)
     return Event(
         position=position, recorded_at=recorded_at, event_type=document["event_type"],
         event_id=str(document["event_id"]), tenant_id=document["tenant_id"],

@@ -10,6 +10,7 @@ An event the fold cannot read goes to ``<prefix>.dlq.vectors.<tenant>`` with the
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import orjson
 from nats.aio.msg import Msg
@@ -18,6 +19,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from memledger_platform.bus import fetch_ready
+from memledger_platform.crypto import Opener
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
 from memledger_schemas.subjects import (
@@ -37,12 +39,16 @@ MAX_RETRY_SECONDS = 10.0
 
 class VectorProjector:
     def __init__(self, subjects: Subjects, index: VectorIndex, model: str, *,
-                 batch: int = 256, durable: str = DURABLE) -> None:
+                 batch: int = 256, durable: str = DURABLE, opener: Opener | None = None,
+                 on_erased: Callable[[str, str, int, int], None] | None = None) -> None:
         self._js: JetStreamContext | None = None
         self._subjects = subjects
         self._index = index
         self._fold = VectorFold(index.points, model)
         self._batch = batch
+        self._open = opener or Opener(None)
+        self._on_erased = on_erased
+        """Called with (tenant, subject, position, points removed) for an erasure receipt."""
         self._durable = durable
         self._advanced = asyncio.Condition()
         self.dead_letters = 0
@@ -86,28 +92,49 @@ class VectorProjector:
                 await asyncio.to_thread(self._index.optimize)
 
     async def handle(self, msgs: list[Msg]) -> None:
-        """Fold a fetched batch into the index and settle every message of it."""
+        """Fold a fetched batch into the index and settle every message of it. An erasure
+        splits the batch: what came before it is written, then the subject's points go, so
+        what the subject wrote after its erasure survives."""
         for msg in msgs:
-            await self._fold_one(msg)
+            if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
+                await self._write_pending(msgs)
+                await self._erase(msg)
+            else:
+                await self._fold_one(msg)
+        await self._write_pending(msgs)
+        await asyncio.gather(*(m.ack() for m in msgs))
+        async with self._advanced:
+            self._advanced.notify_all()
+
+    async def _write_pending(self, msgs: list[Msg]) -> None:
         upserts, gone = self._fold.take()
         self._unoptimized += len(upserts)
         delay = 0.5
         while True:
             try:
                 await asyncio.to_thread(self._write, upserts, gone)
-                break
+                return
             except Exception as error:  # the index is unavailable: keep the batch, retry
                 log.warning("vector projector retrying a write in %.1fs: %r", delay, error)
                 await asyncio.gather(*(m.in_progress() for m in msgs))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_SECONDS)
-        await asyncio.gather(*(m.ack() for m in msgs))
-        async with self._advanced:
-            self._advanced.notify_all()
+
+    async def _erase(self, msg: Msg) -> None:
+        document = self._open(orjson.loads(msg.data))
+        tenant, subject = document["tenant_id"], document["payload"]["subject_id"]
+        removed = await asyncio.to_thread(self._index.delete_subject, tenant, subject)
+        self._fold.forget_subject(tenant, subject)
+        self._fold.position = max(self._fold.position, int(document["global_position"]))
+        if self._on_erased is not None:
+            await asyncio.to_thread(self._on_erased, tenant, subject,
+                                    int(document["global_position"]), removed)
+        log.info("vector index erased subject %s of %s: %d points", subject, tenant, removed)
 
     def _write(self, upserts: list, gone: list[str]) -> None:  # type: ignore[type-arg]
         self._index.upsert(upserts)
         self._index.delete(gone)
+        self._index.flush()  # before the ack: the engine keeps no log of its own
 
     async def _fold_one(self, msg: Msg) -> None:
         headers = msg.headers or {}
@@ -116,7 +143,7 @@ class VectorProjector:
                 self._fold.position = max(self._fold.position, int(headers[HDR_POSITION]))
             return
         try:
-            self._fold.apply(vector_event(orjson.loads(msg.data)))
+            self._fold.apply(vector_event(self._open(orjson.loads(msg.data))))
         except (ValueError, KeyError, TypeError) as error:
             await self._dead_letter(msg, f"vector fold: {error!r}")
 

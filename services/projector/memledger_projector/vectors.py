@@ -49,10 +49,12 @@ class _Item:
 class VectorEvent:
     event: Event
     stream_version: int
+    subject_id: str | None = None
 
 
 def vector_event(document: dict[str, Any]) -> VectorEvent:
-    return VectorEvent(event_from(document), int(document["stream_version"]))
+    return VectorEvent(event_from(document), int(document["stream_version"]),
+                       document.get("subject_id"))
 
 
 class VectorFold:
@@ -83,6 +85,16 @@ class VectorFold:
             _CHANGES[e.event_type](self, key, item, ve)
         self.position = max(self.position, e.position)
 
+    def forget_subject(self, tenant: str, subject_id: str) -> None:
+        """After the index dropped a subject's points: drop its items here too (and any of
+        its points not yet written), so nothing of it is written back."""
+        for key, item in list(self._items.items()):
+            if key[0] == tenant and any(dict(r.attrs).get("subject_id") == subject_id
+                                        for r, _ in item.rows):
+                del self._items[key]
+                for _, point_id in item.rows:
+                    self._dirty.pop(point_id, None)
+
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
         upserts, gone = list(self._dirty.values()), sorted(self._gone - set(self._dirty))
@@ -99,6 +111,7 @@ class VectorFold:
         e = ve.event
         attrs = {f: e.payload.get(f) for f in _FIELDS}
         attrs.update(space=e.space_id, session=e.session_id, agent=e.agent_id,
+                     subject_id=ve.subject_id,
                      content_version=ve.stream_version, content_at=_epoch(e.recorded_at))
         self._change(key, item, e, temporal.put(
             self._current(item), e.valid_from or e.recorded_at, e.valid_to,
@@ -223,7 +236,7 @@ def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id:
         "valid_to": OPEN if row.valid_to is None else _epoch(row.valid_to),
         "sys_from": float(row.sys_from),
         "sys_to": OPEN if row.sys_to is None else float(row.sys_to),
-        "archived_from": archived_from}
+        "archived_from": archived_from, "subject_id": a.get("subject_id")}
     return IndexedPoint(point_id, vector, payload, sparse.encode_document(a["content"]))
 
 
@@ -236,7 +249,7 @@ def _item_of(points: list[IndexedPoint]) -> _Item:
         triple = ({"subject": p["subject"], "predicate": p["predicate"]}
                   if p.get("subject") is not None else None)
         attrs.update(tags=tuple(p.get("tags") or ()), triple=triple, space=p["space"],
-                     session=p["session"], agent=p["agent"],
+                     session=p["session"], agent=p["agent"], subject_id=p.get("subject_id"),
                      content_version=int(p["content_version"]), content_at=p["content_at"])
         row = Version(_instant(p["valid_from"]), None if p["valid_to"] >= OPEN else _instant(
             p["valid_to"]), int(p["sys_from"]), None if p["sys_to"] >= OPEN else int(p["sys_to"]),

@@ -24,6 +24,7 @@ from fastapi.responses import Response
 from pydantic import AfterValidator, BaseModel
 
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
+from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.limits import retry_after
 from memledger_query import replay, views
@@ -40,6 +41,23 @@ from memledger_query.reader import NotYetVisible, Reader
 from memledger_schemas.types import SLUG_PATTERN
 
 T = TypeVar("T")
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: ``{"error": {"status", "code", "message", "fields": [{path, reason}]}}``."""
+
+    error: dict[str, Any]
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "a cursor this service did not issue"),
+        (401, "no API key, or an unknown or revoked one"),
+        (403, "the key's role or space grants do not allow it"),
+        (404, "unknown space, item or session (including another tenant's)"),
+        (503, "not_yet_visible: the read models did not reach min_position within wait_ms"))}
+"""Documented on every route (found missing by schemathesis: the app answered them, the
+OpenAPI document only listed 200 and 422)."""
 
 
 class Problem(Exception):
@@ -75,10 +93,10 @@ WaitMs = Annotated[int, Query(ge=0, le=30_000)]
 
 
 def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
-               gate: Gate | None = None) -> FastAPI:
+               gate: Gate | None = None, opener: Opener | None = None) -> FastAPI:
     """The query app (``gate``: API keys; without one, authentication is off)."""
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None, responses=ERROR_RESPONSES)
     _errors(app)
     _authenticate(app, gate or Gate(None, default_tenant))
 
@@ -90,7 +108,7 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
         response.headers["Memledger-Projection-Lag"] = str(lag)
         return response
 
-    _routes(app, reader, store, default_tenant)
+    _routes(app, reader, store, default_tenant, opener)
     return app
 
 
@@ -155,7 +173,8 @@ async def _resolve(gate: Gate, request: Request) -> Principal:
     return gate.principal(None, headers.get(TENANT_HEADER))
 
 
-def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None) -> None:
+def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None,
+            opener: Opener | None) -> None:
     def tenant_of(header: str | None) -> str:
         # Resolved (and checked against ``header``) by the middleware already.
         return principal().tenant
@@ -179,7 +198,7 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
         when = valid_at or datetime.now(UTC)
         if source == "replay":
             at, folded = await asyncio.to_thread(replay.basis, store, tenant, when,
-                                                 as_of_position, recorded_at)
+                                                 as_of_position, recorded_at, opener)
             found = replay.item(folded, tenant, space_id, item, at)
         else:
             at, found = await read(_needs(min_position, as_of_position), wait_ms, _item,

@@ -8,6 +8,7 @@ test oracle for the read models. ``source=replay`` on a read uses it.
 from datetime import datetime
 from typing import Any
 
+from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
 from memledger_projector import temporal
 from memledger_projector.projection import Projection, event_of
@@ -15,10 +16,12 @@ from memledger_projector.temporal import Version
 from memledger_query.dto import Basis, Item
 
 _BATCH = 5_000
+_CLOSED = Opener(None)
+"""Without a keyring, sealed fields read as their placeholders."""
 
 
 def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
-         recorded_until: datetime | None = None) -> Projection:
+         recorded_until: datetime | None = None, opener: Opener | None = None) -> Projection:
     """The tenant's read models after every event at or before ``up_to`` (and recorded at or
     before ``recorded_until``), folded from the event store."""
     projection, after = Projection(), 0
@@ -28,7 +31,8 @@ def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
             if (up_to is not None and recorded.position > up_to) or (
                     recorded_until is not None and recorded.recorded_at > recorded_until):
                 return projection
-            event = event_of(recorded.position, recorded.recorded_at, recorded.data)
+            event = event_of(recorded.position, recorded.recorded_at, recorded.data,
+                             opener or _CLOSED)
             if event.tenant_id == tenant:
                 projection.apply(event)
             else:  # another tenant's: it still moves the basis
@@ -40,11 +44,13 @@ def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
 
 
 def basis(store: EventStore, tenant: str, valid_at: datetime, position: int | None,
-          recorded_at: datetime | None) -> tuple[Basis, Projection]:
+          recorded_at: datetime | None, opener: Opener | None = None
+          ) -> tuple[Basis, Projection]:
     """The basis of a replayed read, and the fold it is answered from."""
     if position is None and recorded_at is None:
         position = store.max_position()
-    projection = fold(store, tenant, up_to=position, recorded_until=recorded_at)
+    projection = fold(store, tenant, up_to=position, recorded_until=recorded_at,
+                      opener=opener)
     at_position = position if position is not None else projection.position
     return Basis(position=at_position, recorded_at=recorded_at or projection.recorded_at,
                  valid_at=valid_at), projection

@@ -274,6 +274,15 @@ def _record_preference(cmd: c.RecordPreference, ctx: Context, lookup: Lookup,
                     {"source_item_id": str(cmd.source_item_id)})
 
 
+def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    # Tenant-wide, and repeatable: erasing again (new data written since) is another event.
+    payload = e.SubjectErased(subject_id=cmd.subject_id, key_id=",".join(cmd.key_ids) or "-",
+                              reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), TENANT_SCOPE, (payload,),
+                    {"subject_id": cmd.subject_id})
+
+
 def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, PLR0912
             cur: StreamState | None) -> Decision:
     # One case per command: a flat dispatch table that mypy can check.
@@ -318,4 +327,6 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _record_entities(cmd, ctx, lookup, cur)
         case c.RecordPreference():
             return _record_preference(cmd, ctx, lookup, cur)
+        case c.EraseSubject():
+            return _erase_subject(cmd, ctx, lookup, cur)
     raise TypeError(f"unknown command {type(cmd).__name__}")

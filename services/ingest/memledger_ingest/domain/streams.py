@@ -6,7 +6,7 @@ from typing import Literal
 from uuid import UUID, uuid5
 
 StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
-                     "enrichment", "preference"]
+                     "enrichment", "preference", "subject"]
 Status = Literal["active", "archived", "ended", "superseded", "retracted"]
 
 _NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")

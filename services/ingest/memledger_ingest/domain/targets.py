@@ -64,7 +64,7 @@ def reads_of(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:
     return (target_of(cmd, ctx), *spaces, *_extra_reads(cmd))
 
 
-def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
+def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PLR0912
     # The most frequent commands first: a match tries its cases in order.
     match cmd:
         case c.AssertMemory():
@@ -73,6 +73,8 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911
             return StreamRef("session", str(cmd.session_id))
         case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
             return StreamRef("space", cmd.space_id)
+        case c.EraseSubject():
+            return StreamRef("subject", cmd.subject_id)
         case c.RegisterAgent():
             return StreamRef("agent", cmd.agent_id)
         case c.StartSession():

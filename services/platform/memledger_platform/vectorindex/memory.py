@@ -57,6 +57,13 @@ class InMemoryVectorIndex(VectorIndex):
                        if p.payload["tenant"] == tenant and p.payload.get("item_id") == item_id),
                       key=lambda p: p.point_id)
 
+    def delete_subject(self, tenant: str, subject_id: str) -> int:
+        gone = [k for k, p in self._points.items()
+                if p.payload["tenant"] == tenant and p.payload.get("subject_id") == subject_id]
+        for point_id in gone:
+            del self._points[point_id]
+        return len(gone)
+
     def count(self) -> int:
         return len(self._points)
 

@@ -28,7 +28,8 @@ MAX_TERM = 2**31
 """Sparse indices are below this: Qdrant stores them as unsigned 32-bit, and 31 bits keep them
 non-negative in every client."""
 
-KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id")
+KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id",
+                  "subject_id")
 RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_to", "archived_from")
 """The payload fields scopes and ``points`` filter on: the engines that can index payload index
 these (keyword and float), so a filtered search stays fast at 100k points."""
@@ -124,8 +125,17 @@ class VectorIndex(ABC):
         sparse vector and its dense vector as stored: unit-length (cosine keeps direction)."""
 
     @abstractmethod
+    def delete_subject(self, tenant: str, subject_id: str) -> int:
+        """Remove every point of a data subject (payload ``subject_id``) in ``tenant``, from
+        the engine's files too, not only from its answers; how many there were (an erasure's
+        receipt counts them)."""
+
+    @abstractmethod
     def count(self) -> int:
         """How many points are indexed."""
+
+    def flush(self) -> None:  # noqa: B027  (optional: engines that persist on their own)
+        """Make what was written durable (engines without a write-ahead log)."""
 
     def optimize(self) -> None:  # noqa: B027  (optional: only engines that build indexes)
         """Index what was added since the last call (HNSW); searches stay correct without it,
@@ -171,6 +181,10 @@ def conditions(scope: Scope) -> list[Condition]:
         if value is not None:
             found.append(Condition(key, "eq", value))
     return found
+
+
+def subject_conditions(tenant: str, subject_id: str) -> list[Condition]:
+    return [Condition("tenant", "eq", tenant), Condition("subject_id", "eq", subject_id)]
 
 
 def item_conditions(tenant: str, item_id: str) -> list[Condition]:

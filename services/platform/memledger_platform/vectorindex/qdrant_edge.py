@@ -19,6 +19,7 @@ from memledger_platform.vectorindex.port import (
     conditions,
     item_conditions,
     stored_payload,
+    subject_conditions,
 )
 
 DENSE, KEYWORDS = "dense", "keywords"
@@ -33,6 +34,7 @@ class QdrantEdgeVectorIndex(VectorIndex):
         opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
         self._shard = opened(str(path), _config(dims))
         self._index_payload()
+        self._closed = False
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
@@ -77,6 +79,18 @@ class QdrantEdgeVectorIndex(VectorIndex):
             found += more
         return sorted((_point(r) for r in found), key=lambda p: p.point_id)
 
+    def delete_subject(self, tenant: str, subject_id: str) -> int:
+        where = _filter(subject_conditions(tenant, subject_id))
+        found = int(self._shard.count(qe.CountRequest(filter=where, exact=True)))
+        if found:
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(where))
+            self._shard.optimize()  # vacuums the segments that held them
+            self._shard.flush()
+        return found
+
+    def flush(self) -> None:
+        self._shard.flush()
+
     def count(self) -> int:
         return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
 
@@ -85,6 +99,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
         self._shard.optimize()
 
     def close(self) -> None:
+        if self._closed:  # closing twice is harmless (a test may close before its fixture)
+            return
+        self._closed = True
         self._shard.flush()
         self._shard.close()
 
@@ -112,7 +129,15 @@ class QdrantEdgeVectorIndex(VectorIndex):
 def _config(dims: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)},
-        sparse_vectors={KEYWORDS: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+        sparse_vectors={KEYWORDS: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        # Vacuum a segment as soon as it holds a deleted point: an erased subject's points
+        # must leave the files, not just the index (``delete_subject`` then optimizes).
+        optimizers=qe.EdgeOptimizersConfig(deleted_threshold=0.0001,
+                                           vacuum_min_vector_number=1),
+        # No write-ahead log: it would keep erased payloads on disk until it rotates. The
+        # projector flushes each batch before acknowledging it instead (``flush``), and an
+        # unflushed batch is redelivered and rewritten (the writes are idempotent).
+        wal_enabled=False)
 
 
 def _vectors(point: IndexedPoint) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from memledger_platform.vectorindex.port import (
     conditions,
     item_conditions,
     stored_payload,
+    subject_conditions,
 )
 
 DENSE, KEYWORDS = "dense", "keywords"
@@ -36,7 +37,11 @@ class QdrantServerVectorIndex(VectorIndex):
                 vectors_config={DENSE: models.VectorParams(
                     size=dims, distance=models.Distance.COSINE)},
                 sparse_vectors_config={KEYWORDS: models.SparseVectorParams(
-                    modifier=models.Modifier.IDF)})
+                    modifier=models.Modifier.IDF)},
+                # Vacuum a segment as soon as it holds a deleted point, so an erased subject's
+                # points leave the server's segment files (its WAL rotates on its own).
+                optimizers_config=models.OptimizersConfigDiff(
+                    deleted_threshold=0.0001, vacuum_min_vector_number=1))
         self._index_payload()
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
@@ -87,6 +92,14 @@ class QdrantServerVectorIndex(VectorIndex):
             more, offset = self._scroll(where, offset)
             found += more
         return sorted((_point(r) for r in found), key=lambda p: p.point_id)
+
+    def delete_subject(self, tenant: str, subject_id: str) -> int:
+        where = _filter(subject_conditions(tenant, subject_id))
+        found = int(self._client.count(self._collection, count_filter=where, exact=True).count)
+        if found:
+            self._client.delete(self._collection, wait=True,
+                                points_selector=models.FilterSelector(filter=where))
+        return found
 
     def count(self) -> int:
         return int(self._client.count(self._collection, exact=True).count)

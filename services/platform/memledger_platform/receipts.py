@@ -1,0 +1,45 @@
+"""What each read model purged for an erasure, kept beside the event store so the receipt can
+be assembled from any service: one row per (tenant, subject, erasure position, projection)."""
+
+import json
+from typing import Any
+
+from psycopg import Connection, sql
+
+PROJECTIONS = ("postgres", "vectors")
+"""Every read model that must report before an erasure's receipt is complete."""
+
+_TABLE = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.memledger_erasure_receipts (
+    tenant_id text NOT NULL, subject_id text NOT NULL, position bigint NOT NULL,
+    projection text NOT NULL, purged jsonb NOT NULL, recorded_at timestamptz NOT NULL
+    DEFAULT now(), PRIMARY KEY (tenant_id, subject_id, position, projection));
+"""
+
+
+def ensure(conn: Connection[Any], schema: str) -> None:
+    conn.execute(sql.SQL(_TABLE).format(s=sql.Identifier(schema)))
+
+
+def record(conn: Connection[Any], schema: str, tenant: str, subject: str, position: int,
+           projection: str, purged: dict[str, int]) -> None:
+    """Idempotent: an erasure applied again (a redelivery, a rebuild) keeps the first counts,
+    which are what was actually purged from the live model."""
+    conn.execute(sql.SQL(
+        "INSERT INTO {}.memledger_erasure_receipts (tenant_id, subject_id, position, "
+        "projection, purged) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(
+        sql.Identifier(schema)), (tenant, subject, position, projection, json.dumps(purged)))
+
+
+def read(conn: Connection[Any], schema: str, tenant: str, subject: str
+         ) -> dict[int, dict[str, dict[str, int]]]:
+    """Erasure position → projection → what it purged."""
+    rows = conn.execute(sql.SQL(
+        "SELECT position, projection, purged FROM {}.memledger_erasure_receipts WHERE "
+        "tenant_id = %s AND subject_id = %s ORDER BY position, projection").format(
+        sql.Identifier(schema)), (tenant, subject)).fetchall()
+    found: dict[int, dict[str, dict[str, int]]] = {}
+    for position, projection, purged in rows:
+        found.setdefault(int(position), {})[projection] = purged
+    return found

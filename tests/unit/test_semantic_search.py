@@ -1,0 +1,133 @@
+"""Semantic search over the vector index port (the exact in-memory index, hand-made points):
+tenants and spaces never leak, layers never repeat an item, the threshold and the subject
+filter cut, near-duplicates collapse."""
+
+from typing import Any
+
+import pytest
+
+from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.vectorindex.memory import InMemoryVectorIndex
+from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
+from memledger_platform.vectorindex.sparse import encode_document
+from memledger_query.ranking import MODES, Recipe
+from memledger_query.semantic import Found, Layer, search
+
+NOW = 1.79e9
+EMBEDDER = HashingEmbedder(dims=256)
+RECIPE = Recipe()
+THRESHOLD = MODES["execution"].threshold
+QUERY = TEA = "Alice drinks green tea every morning"
+HOME, LEMON = TEA + " at home", TEA + " with lemon"
+"""Close to the query (cosine 0.87 with it, 0.75 with each other), far from duplicates."""
+BUILD = "The build takes nine minutes"
+"""Shares no word with the query."""
+
+
+def point(n: int, content: str, *, tenant: str = "acme", space: str = "notes",
+          item: str | None = None, embedded: bool = True, **payload: Any) -> IndexedPoint:
+    """Point ``n`` (of item ``item``, else item-<n>): a current fact, valid since 2020."""
+    base: dict[str, Any] = {"tenant": tenant, "space": space, "item_id": item or f"item-{n}",
+                            "kind": "fact", "tags": [], "content": content, "session": None,
+                            "agent": None, "importance": 0.5, "confidence": 1.0,
+                            "content_at": NOW, "subject": None, "valid_from": 1.58e9,
+                            "valid_to": OPEN, "sys_from": 1.0, "sys_to": OPEN}
+    return IndexedPoint(f"00000000-0000-0000-0000-{n:012d}",
+                        EMBEDDER.embed_query(content) if embedded else None,
+                        {**base, **payload}, encode_document(content))
+
+
+def index_of(*points: IndexedPoint) -> InMemoryVectorIndex:
+    index = InMemoryVectorIndex()
+    index.upsert(points)
+    return index
+
+
+def scope(tenant: str = "acme", **fields: Any) -> Scope:
+    return Scope(tenant, valid_at=NOW, **fields)
+
+
+def find(index: InMemoryVectorIndex, *layers: Layer, text: str = QUERY,
+         threshold: float = THRESHOLD, dense: bool = True, subject: str | None = None
+         ) -> list[Found]:
+    vector = EMBEDDER.embed_query(text) if dense else None
+    return search(index, vector, text, layers or (Layer("space", scope(), 5),), RECIPE,
+                  threshold=threshold, now=NOW, subject=subject)
+
+
+def items(found: list[Found]) -> list[list[str]]:
+    """Each layer's item ids, best first."""
+    return [[r.candidate.item_id for r in layer.hits] for layer in found]
+
+
+def test_the_matching_item_is_found_by_both_dense_and_keyword_search() -> None:
+    [layer] = find(index_of(point(1, TEA), point(2, BUILD)))
+    [hit] = layer.hits
+    assert hit.candidate.item_id == "item-1"
+    assert hit.candidate.dense is not None
+    assert hit.candidate.keyword is not None
+    assert hit.relevance >= THRESHOLD
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["dense and keyword", "keyword only"])
+def test_another_tenants_identical_item_is_never_returned(dense: bool) -> None:
+    index = index_of(point(1, TEA, tenant="globex", item="shared"),
+                     point(2, HOME, item="ours"))
+    assert items(find(index, threshold=0.0, dense=dense)) == [["ours"]]
+    assert items(find(index, Layer("space", scope("globex"), 5), threshold=0.0,
+                      dense=dense)) == [["shared"]]
+
+
+def test_a_search_in_some_spaces_finds_nothing_in_others() -> None:
+    index = index_of(point(1, TEA, space="notes"), point(2, HOME, space="private"))
+    assert items(find(index, Layer("space", scope(spaces=("notes",)), 5))) == [["item-1"]]
+    assert items(find(index, Layer("space", scope(spaces=("private",)), 5))) == [["item-2"]]
+    assert sorted(items(find(index, Layer("space", scope(), 5)))[0]) == ["item-1", "item-2"]
+
+
+def test_hierarchical_layers_never_repeat_an_item_a_narrower_layer_found() -> None:
+    index = index_of(point(1, TEA, session="s1"), point(2, HOME, session="s2"))
+    found = find(index, Layer("session", scope(session="s1"), 5),
+                 Layer("space", scope(), 5))
+    assert [layer.layer for layer in found] == ["session", "space"]
+    assert items(found) == [["item-1"], ["item-2"]]
+    assert [r.candidate.layer for layer in found for r in layer.hits] == ["session", "space"]
+
+
+def test_the_threshold_cuts_what_is_not_relevant_enough() -> None:
+    index = index_of(point(1, TEA), point(2, BUILD))
+    [layer] = find(index, threshold=0.0)
+    assert len(layer.hits) == 2
+    cut = max(r.relevance for r in layer.hits if r.candidate.item_id == "item-2")
+    assert items(find(index, threshold=cut + 1e-9)) == [["item-1"]]
+    assert items(find(index, threshold=1.01)) == [[]]
+
+
+def test_each_layer_returns_at_most_its_limit_best_first() -> None:
+    words = ("daily", "hot", "iced", "sweet", "bitter", "strong")
+    index = index_of(*(point(n, f"{TEA} {word}") for n, word in enumerate(words, 1)))
+    [layer] = find(index, Layer("space", scope(), 3), threshold=0.0)
+    assert len(layer.hits) == 3
+    scores = [r.score for r in layer.hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_the_subject_filter_keeps_only_items_about_that_subject_in_any_case() -> None:
+    index = index_of(point(1, HOME, subject="Alice"), point(2, LEMON, subject="Bob"),
+                     point(3, TEA))
+    assert items(find(index, subject="alice")) == [["item-1"]]
+    assert items(find(index, subject="Carol")) == [[]]
+
+
+def test_a_near_duplicate_collapses_into_the_better_hit_and_is_reported() -> None:
+    index = index_of(point(1, TEA, importance=1.0), point(2, TEA))
+    [layer] = find(index)
+    assert items([layer]) == [["item-1"]]
+    assert layer.collapsed == {"item-2": "item-1"}
+
+
+def test_an_item_not_yet_embedded_is_still_found_by_its_keywords() -> None:
+    [layer] = find(index_of(point(1, TEA, embedded=False)), threshold=0.0)
+    [hit] = layer.hits
+    assert (hit.candidate.dense, hit.candidate.vector) == (None, None)
+    assert hit.candidate.keyword is not None
