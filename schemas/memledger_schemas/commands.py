@@ -261,6 +261,9 @@ class RecordEmbedding(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
     command: Literal["record_embedding"] = "record_embedding"
     space_id: SpaceId
+    source_key_id: ShortText | None = Field(
+        default=None, description="the key that sealed the text this was learned from: "
+        "refused once that key is destroyed (its subject erased meanwhile)")
     item_id: UUID
     item_version: int = Field(ge=1)
     model: ShortText
@@ -286,6 +289,9 @@ class RecordEntities(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/entities"
     command: Literal["record_entities"] = "record_entities"
     space_id: SpaceId
+    source_key_id: ShortText | None = Field(
+        default=None, description="the key that sealed the text this was learned from: "
+        "refused once that key is destroyed (its subject erased meanwhile)")
     item_id: UUID
     item_version: int = Field(ge=1)
     extractor: ShortText
@@ -300,6 +306,9 @@ class RecordPreference(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/preferences"
     command: Literal["record_preference"] = "record_preference"
     space_id: SpaceId
+    source_key_id: ShortText | None = Field(
+        default=None, description="the key that sealed the text this was learned from: "
+        "refused once that key is destroyed (its subject erased meanwhile)")
     source_item_id: UUID
     rule_id: ShortText
     category: ShortText

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from nats.aio.client import Client
@@ -22,8 +23,10 @@ from psycopg_pool import ConnectionPool
 from memledger_enricher.embedding import HashingEmbedder
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.erasure import Erasure, LegalHold
+from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform import receipts
+from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.crypto import ERASED, Opener
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
@@ -202,3 +205,27 @@ async def test_a_legal_hold_blocks_the_erasure_and_names_the_hold(
 
 async def _async(check: Callable[[], bool]) -> bool:
     return await asyncio.to_thread(check)
+
+
+async def test_the_api_erases_and_answers_with_the_whole_receipt(
+        world: tuple[Pipeline, PostgresKeyring, GroupCommitWriter], engines: Endpoints,
+        event_store: PostgresEventStore, pg_schema: str) -> None:
+    _, keyring, writer = world
+    await _populate(writer)
+    app = create_app(writer, _healthy, "default", None,
+                     Erasure(event_store, keyring, writer, (engines.postgres_dsn, pg_schema)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ingest", headers={TENANT_HEADER: "acme"},
+                                 timeout=30) as api:
+        answer = await api.post("/v1/subjects/u7/erase", json={"reason": "asked to"})
+        again = await api.post("/v1/subjects/u7/erase")
+    receipt = answer.json()
+    assert answer.status_code == 200, answer.text
+    assert receipt["complete"] is True
+    assert set(receipt["purged"]) == {"postgres", "vectors"}
+    assert receipt["purged"]["postgres"]["entities"] == 1
+    assert again.json()["keys_destroyed"] == []  # nothing left to destroy: still recorded
+
+
+async def _healthy() -> dict[str, Any]:
+    return {"status": "ok"}

@@ -6,10 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from typing import Any
-
-import psycopg
 
 from memledger_cli.embedded import attach
 from memledger_ingest.erasure import Erasure, LegalHold
@@ -53,7 +50,7 @@ def run_erase(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             store.close()
             pool.close()
-        receipt["purged"], receipt["complete"] = _await_purges(
+        receipt["purged"], receipt["complete"] = receipts.wait_for(
             endpoints.postgres_dsn, settings.postgres_schema, tenant, args.subject,
             receipt["position"], args.wait)
     print(json.dumps(receipt, indent=2))
@@ -69,15 +66,3 @@ async def _erase(store: PostgresEventStore, keyring: Any, tenant: str, subject: 
                                                           actor="memledger erase")
     finally:
         writer.stop()
-
-
-def _await_purges(dsn: str, schema: str, tenant: str, subject: str, position: int,
-                  wait: float) -> tuple[dict[str, dict[str, int]], bool]:
-    deadline = time.monotonic() + wait
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        receipts.ensure(conn, schema)
-        while True:
-            found = receipts.read(conn, schema, tenant, subject).get(position, {})
-            if set(receipts.PROJECTIONS) <= set(found) or time.monotonic() > deadline:
-                return found, set(receipts.PROJECTIONS) <= set(found)
-            time.sleep(0.2)

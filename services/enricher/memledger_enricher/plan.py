@@ -44,6 +44,8 @@ class Source:
     correlation_id: str
     subject: str | None = None
     """The data subject of the text: what is learned from it belongs to them too."""
+    key_id: str | None = None
+    """The key that sealed the text (what is learned is refused once it is destroyed)."""
 
     @property
     def embeds(self) -> bool:
@@ -70,7 +72,7 @@ def source_of(document: dict[str, Any]) -> Source | None:
 def _source(document: dict[str, Any], item_id: UUID, version: int | None, text: str) -> Source:
     return Source(document["tenant_id"], document["space_id"], item_id, version, text,
                   document.get("correlation_id") or str(document["event_id"]),
-                  document.get("subject_id"))
+                  document.get("subject_id"), document.get("key_id"))
 
 
 def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:
@@ -78,7 +80,7 @@ def commands_for(source: Source, vector: list[float] | None, model: str) -> list
     when it embeds)."""
     found: list[CommandBase] = []
     common: dict[str, Any] = {"actor": ACTOR, "correlation_id": source.correlation_id[:512],
-                              "subject_id": source.subject}
+                              "subject_id": source.subject, "source_key_id": source.key_id}
     version = source.item_version
     if vector is not None and version is not None:
         found.append(RecordEmbedding(

@@ -55,10 +55,15 @@ class IngestService:
     intake: Intake
     keyring: PostgresKeyring | None = None
     keyring_pool: ConnectionPool[Any] | None = None
+    store_dsn: str | None = None
 
     @property
     def erasure(self) -> Erasure | None:
-        return None if self.keyring is None else Erasure(self.store, self.keyring, self.writer)
+        if self.keyring is None:
+            return None
+        dsn = self.settings.postgres_dsn or self.store_dsn
+        return Erasure(self.store, self.keyring, self.writer,
+                       (dsn, self.settings.postgres_schema) if dsn else None)
 
 
 async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
@@ -78,7 +83,8 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
                                linger_seconds=settings.writer_linger_ms / 1000,
                                keyring=keyring)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
-    return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool)
+    return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool,
+                         endpoints.postgres_dsn)
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,

@@ -9,6 +9,7 @@ from typing import Any
 
 from memledger_ingest.domain.streams import StreamRef
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform import receipts
 from memledger_platform.crypto import Keyring
 from memledger_platform.eventstore import EventStore
 from memledger_schemas.commands import EraseSubject
@@ -29,10 +30,13 @@ class Erasure:
     store: EventStore
     keyring: Keyring
     writer: GroupCommitWriter
+    receipts_at: tuple[str, str] | None = None
+    """(DSN, schema) of the receipts table: ``erase`` then waits for the read models' reports."""
 
     async def erase(self, tenant: str, subject: str, reason: str | None = None,
-                    actor: str = "erasure") -> dict[str, Any]:
-        """Erase ``subject`` in ``tenant``; the write side of the receipt."""
+                    actor: str = "erasure", wait_seconds: float = 0.0) -> dict[str, Any]:
+        """Erase ``subject`` in ``tenant``; the receipt: the write side, and (waiting up to
+        ``wait_seconds``) what each read model purged."""
         spaces = await asyncio.to_thread(self.keyring.spaces_of, tenant, subject)
         holds = await asyncio.to_thread(legal_holds, self.store, tenant, spaces)
         if holds:
@@ -40,9 +44,15 @@ class Erasure:
         destroyed = await asyncio.to_thread(self.keyring.destroy, tenant, subject)
         [result] = await self.writer.submit(tenant, [EraseSubject(
             subject_id=subject, key_ids=tuple(destroyed), reason=reason, actor=actor)])
-        return {"tenant": tenant, "subject_id": subject, "keys_destroyed": destroyed,
-                "spaces": spaces, "position": result.position,
-                "event_id": str(result.event_ids[0])}
+        receipt: dict[str, Any] = {
+            "tenant": tenant, "subject_id": subject, "keys_destroyed": destroyed,
+            "spaces": spaces, "position": result.position,
+            "event_id": str(result.event_ids[0])}
+        if self.receipts_at is not None and wait_seconds > 0:
+            receipt["purged"], receipt["complete"] = await asyncio.to_thread(
+                receipts.wait_for, *self.receipts_at, tenant, subject, result.position,
+                wait_seconds)
+        return receipt
 
 
 def legal_holds(store: EventStore, tenant: str, spaces: list[str]) -> list[tuple[str, int]]:

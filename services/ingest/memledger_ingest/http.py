@@ -34,6 +34,9 @@ from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch, Eras
 from memledger_schemas.types import SLUG_PATTERN
 
 BATCH_PATH = "/v1/batch"
+ERASURE_WAIT_SECONDS = 10.0
+"""How long an erasure request waits for the read models' reports before answering (the
+receipt then says ``"complete": false``; ``memledger erase`` can wait longer)."""
 Health = Callable[[], Awaitable[dict[str, Any]]]
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,7 +124,8 @@ def _erase_route(erasure: Erasure, tenant_of: Resolver
             if reason is not None and not isinstance(reason, str):
                 raise HttpError(malformed("reason", "must be a string"))
             receipt = await erasure.erase(principal.tenant, request.path_params["subject_id"],
-                                          reason, actor=f"key:{principal.key_id or 'local'}")
+                                          reason, actor=f"key:{principal.key_id or 'local'}",
+                                          wait_seconds=ERASURE_WAIT_SECONDS)
         except LegalHold as hold:
             return _json(409, Problem(409, "legal_hold", str(hold), (
                 {"path": "path.subject_id", "reason": str(hold)},)).body())

@@ -117,7 +117,11 @@ class Intake:
         parsed = self._subjects.parse_intake(msg.subject)
         tenant = parsed[0] if parsed and not _invalid_tenant(parsed[0]) else "_invalid"
         headers = {HDR_DLQ_REASON: problem.message[:1024], HDR_DLQ_SUBJECT: msg.subject}
-        await self._js.publish(self._subjects.dead_letter("intake", tenant), msg.data,
+        # What was learned from an erased subject's text is refused, and not kept either: the
+        # dead letter then says why, without the body.
+        erased = any(f.get("path", "").endswith("source_key_id") for f in problem.fields)
+        await self._js.publish(self._subjects.dead_letter("intake", tenant),
+                               b'{"redacted": "source subject erased"}' if erased else msg.data,
                                headers=headers)
         self.dead_letters += 1
         log.warning("intake dead-lettered %s: %s", msg.subject, problem.message)

@@ -264,6 +264,7 @@ class GroupCommitWriter:
             return overlay.get(ref.stream_id(ctx.tenant))
 
         try:
+            self._source_not_erased(cmd)
             decision = decide(cmd, ctx, lookup)
         except DomainError as error:
             raise Rejected(index, error) from error
@@ -329,6 +330,14 @@ class GroupCommitWriter:
             plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id,
                                             subject)
         return events
+
+    def _source_not_erased(self, cmd: CommandBase) -> None:
+        """What was learned from sealed text (an embedding, a preference) is refused once that
+        text's subject is erased: it would bring the erased data back under a new key."""
+        source = getattr(cmd, "source_key_id", None)
+        if source is not None and self._keyring is not None and not self._keyring.is_live(
+                source):
+            raise Invalid("source_key_id", "the data subject of the source was erased")
 
     def _key(self, tenant: str, subject: str | None, space: str) -> SubjectKey | None:
         if self._keyring is None or subject is None:

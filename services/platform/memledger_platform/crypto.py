@@ -55,6 +55,11 @@ class Keyring(ABC):
         """A key by id; ``None`` once destroyed (or if unknown)."""
 
     @abstractmethod
+    def is_live(self, key_id: str) -> bool:
+        """Whether the key exists and is not destroyed, asked of the store itself (never a
+        cache: another process may have just erased its subject)."""
+
+    @abstractmethod
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
         """Every space the subject's live keys have sealed data in."""
 
@@ -144,6 +149,9 @@ class MemoryKeyring(Keyring):
 
     def key(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)
+
+    def is_live(self, key_id: str) -> bool:
+        return key_id in self._keys
 
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
         return sorted(self._spaces.get((tenant, subject), ()))

@@ -72,6 +72,13 @@ class PostgresKeyring(Keyring):
             self._cache.popitem(last=False)
         return key
 
+    def is_live(self, key_id: str) -> bool:
+        with self._pool.connection() as conn:
+            row = conn.execute(sql.SQL("SELECT 1 FROM {}.memledger_subject_keys WHERE key_id = "
+                                       "%s AND destroyed_at IS NULL").format(self._s),
+                               (key_id,)).fetchone()
+        return row is not None
+
     def forget(self, key_ids: list[str]) -> None:
         for key_id in key_ids:
             self._cache.pop(key_id, None)

@@ -43,3 +43,22 @@ def read(conn: Connection[Any], schema: str, tenant: str, subject: str
     for position, projection, purged in rows:
         found.setdefault(int(position), {})[projection] = purged
     return found
+
+
+def wait_for(dsn: str, schema: str, tenant: str, subject: str, position: int,
+             seconds: float) -> tuple[dict[str, dict[str, int]], bool]:
+    """What each read model purged for the erasure at ``position``, waiting up to ``seconds``
+    for all of them to report; and whether all did."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ensure(conn, schema)
+        while True:
+            found = read(conn, schema, tenant, subject).get(position, {})
+            complete = set(PROJECTIONS) <= set(found)
+            if complete or time.monotonic() > deadline:
+                return found, complete
+            time.sleep(0.1)
