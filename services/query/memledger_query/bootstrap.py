@@ -8,6 +8,7 @@ is Qdrant Edge, an in-process engine that one process owns, and search must read
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from fastapi import FastAPI
@@ -15,9 +16,11 @@ from psycopg_pool import ConnectionPool
 
 from memledger_enricher import embedders
 from memledger_enricher.embedding import Embedder
-from memledger_platform import bus, grpc_server, http_server
+from memledger_platform import bus, grpc_server, http_server, receipts
 from memledger_platform.auth_postgres import OpenGate, open_gate
+from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug, open_index
@@ -43,6 +46,7 @@ class QueryService:
     gate: OpenGate
     grpc: grpc_server.Register
     """Registers the query gRPC API on a server."""
+    keyring_pool: ConnectionPool[Any] | None = None
 
     async def project_vectors(self, settings: Settings, nats_url: str, stop: asyncio.Event
                               ) -> None:
@@ -60,6 +64,8 @@ class QueryService:
         self.store.close()
         self.index.close()
         self.gate.close()
+        if self.keyring_pool is not None:
+            self.keyring_pool.close()
 
 
 def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
@@ -68,6 +74,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     names = schema.Names(settings.postgres_schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.ensure_pointer(conn, names)
+        receipts.ensure(conn, names.base)
     pool: ConnectionPool[psycopg.Connection[object]] = ConnectionPool(
         dsn, min_size=2, max_size=settings.postgres_pool_size, open=True,
         kwargs={"autocommit": True})
@@ -75,17 +82,25 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
                                                   pool_size=2))
     embedder = embedder or embedders.from_settings(settings)
     index = index or open_index(settings, embedder.model_id, embedder.dims)
+    keyring, keyring_pool = keyring_for(settings, dsn)
+
+    def erased(tenant: str, subject: str, position: int, points: int) -> None:
+        with pool.connection() as conn:
+            receipts.record(conn, names.base, tenant, subject, position, "vectors",
+                            {"points": points})
+
     vectors = VectorProjector(settings.subjects, index, embedder.model_id,
                               batch=settings.vector_batch,
-                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}")
+                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                              opener=Opener(keyring), on_erased=erased)
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
-    app = create_app(reader, store, settings.tenant_fallback, gate.gate)
+    app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
     semantic = Semantic(index, embedder, vectors, reader)
     add_routes(app, semantic)
     reads = grpc_server.tenant_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, vectors, gate,
-                        grpc_api.registrar(reader, store, semantic, reads))
+                        grpc_api.registrar(reader, store, semantic, reads), keyring_pool)
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,

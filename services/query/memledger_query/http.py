@@ -22,6 +22,7 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import AfterValidator, BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.crypto import Opener
@@ -51,7 +52,7 @@ class ErrorBody(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text} for status, text in (
-        (400, "a cursor this service did not issue"),
+        (400, "a cursor this service did not issue, or a body that is not UTF-8 JSON"),
         (401, "no API key, or an unknown or revoked one"),
         (403, "the key's role or space grants do not allow it"),
         (404, "unknown space, item or session (including another tenant's)"),
@@ -124,6 +125,15 @@ def _errors(app: FastAPI) -> None:
         message = "; ".join(f"{f['path']}: {f['reason']}" for f in fields)
         return _body({"error": {"status": 422, "code": "invalid_request", "message": message,
                                 "fields": fields}}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(_: Request, error: StarletteHTTPException) -> Response:
+        # FastAPI's own refusals (a body that is not UTF-8 JSON: 400; no such route: 404;
+        # 405) in the same shape as every other error (schemathesis found {"detail": ...}).
+        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code,
+                                                                 "invalid_request")
+        path = "body" if error.status_code == 400 else None
+        return Problem(error.status_code, code, str(error.detail), path).response()
 
 
 _PUBLIC = frozenset({"/v1/query/openapi.json", "/v1/query/health"})

@@ -75,6 +75,9 @@ class Reader:
         try:
             await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
         except TimeoutError:
+            # Done, so the watcher drops it: a waiter left behind kept it polling every 2 ms
+            # for good (found by fuzzing: a min_position never reached).
+            future.cancel()
             raise NotYetVisible(position, self._known) from None
 
     def _start_watching(self) -> None:

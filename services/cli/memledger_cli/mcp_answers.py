@@ -1,0 +1,162 @@
+"""What the MCP tools answer: the client's answers cut down to what an agent reads (no
+vectors, no explain components), each still carrying the basis that repeats it."""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memledger_client.results import (
+    Basis,
+    Change,
+    ChangePage,
+    ContextAnswer,
+    History,
+    Item,
+    SearchAnswer,
+    WriteResult,
+)
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Remembered(Answer):
+    item_id: str
+    space_id: str
+    position: int = Field(description="global position of the write: reads wait for it")
+    duplicate: bool = Field(description="true if this exact write was already recorded")
+
+
+class Hit(Answer):
+    item_id: str
+    space_id: str
+    kind: str
+    content: str
+    tags: list[str]
+    score: float
+
+
+class Recalled(Answer):
+    basis: Basis
+    hits: list[Hit]
+
+
+class Context(Answer):
+    basis: Basis
+    rendered: str
+    used_tokens: int
+    budget_tokens: int
+    query: str | None
+
+
+class ChangeLine(Answer):
+    position: int
+    recorded_at: datetime
+    event_type: str
+    space_id: str
+    subject: str
+    content: str | None = None
+    reason: str | None = None
+
+
+class Changes(Answer):
+    changes: list[ChangeLine]
+    next_cursor: str = Field(description="pass it as cursor to get only what comes after")
+    position: int
+
+
+class ItemView(Answer):
+    item_id: str
+    space_id: str
+    kind: str
+    status: str
+    content: str
+    tags: list[str]
+    confidence: float
+    importance: float
+    valid_from: datetime
+    valid_to: datetime | None
+    known_since_position: int
+
+
+class Truth(Answer):
+    basis: Basis
+    items: list[ItemView]
+
+
+class Version(Answer):
+    valid_from: datetime
+    valid_to: datetime | None
+    known_from_position: int
+    known_to_position: int | None
+    content: str | None
+
+
+class ItemHistory(Answer):
+    item_id: str
+    changes: list[ChangeLine]
+    versions: list[Version]
+
+
+class Forgotten(Answer):
+    item_id: str
+    position: int
+
+
+def remembered(result: WriteResult, space_id: str) -> Remembered:
+    return Remembered(item_id=result.item_id, space_id=space_id,
+                      position=result.position, duplicate=result.duplicate)
+
+
+def recalled(answer: SearchAnswer) -> Recalled:
+    return Recalled(basis=answer.basis, hits=[
+        Hit(item_id=h.item_id, space_id=h.space_id, kind=h.kind, content=h.content,
+            tags=h.tags, score=h.score) for h in answer.results])
+
+
+def context(answer: ContextAnswer) -> Context:
+    return Context(basis=answer.basis, rendered=answer.rendered,
+                   used_tokens=answer.used_tokens, budget_tokens=answer.budget_tokens,
+                   query=answer.query)
+
+
+ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted"})
+"""Bookkeeping of the enricher (vectors, mentions): left out of what an agent is shown."""
+
+
+def changes(page: ChangePage) -> Changes:
+    return Changes(changes=[change_line(c) for c in page.changes
+                            if c.event_type not in ENRICHMENT],
+                   next_cursor=page.next_cursor, position=page.position)
+
+
+def change_line(change: Change) -> ChangeLine:
+    return ChangeLine(position=change.position, recorded_at=change.recorded_at,
+                      event_type=change.event_type, space_id=change.space_id,
+                      subject=change.subject, content=_text(change.payload, "content"),
+                      reason=change.reason)
+
+
+def truth(basis: Basis, items: list[Item]) -> Truth:
+    return Truth(basis=basis, items=[item_view(i) for i in items])
+
+
+def item_view(item: Item) -> ItemView:
+    return ItemView(**{name: getattr(item, name) for name in ItemView.model_fields})
+
+
+def history(found: History) -> ItemHistory:
+    return ItemHistory(item_id=found.item_id, changes=[change_line(c) for c in found.changes
+                                                       if c.event_type not in ENRICHMENT],
+                       versions=[Version(valid_from=v.valid_from, valid_to=v.valid_to,
+                                         known_from_position=v.sys_from,
+                                         known_to_position=v.sys_to,
+                                         content=_text(v.attrs, "content"))
+                                 for v in found.versions])
+
+
+def _text(fields: dict[str, Any], name: str) -> str | None:
+    value = fields.get(name)
+    return value if isinstance(value, str) else None

@@ -1,0 +1,155 @@
+"""``AsyncClient``: the asyncio client (httpx), the same API as ``Client`` with ``await``."""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, Unpack
+from uuid import UUID
+
+import httpx
+
+from memledger_client import calls
+from memledger_client.calls import (
+    AsOf,
+    Call,
+    Consistency,
+    ContextOptions,
+    ItemFilters,
+    SearchOptions,
+)
+from memledger_client.core import DEFAULT_URL, Core
+from memledger_client.results import (
+    BatchResult,
+    Change,
+    ChangePage,
+    ContextAnswer,
+    Conversation,
+    Graph,
+    History,
+    ItemAnswer,
+    ItemList,
+    SearchAnswer,
+    WriteResult,
+)
+from memledger_client.retry import RetryPolicy
+from memledger_client.writes import WriteMethods
+from memledger_schemas.commands import CommandBase
+
+T = TypeVar("T")
+
+
+class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
+    """memledger over HTTP, for asyncio: ``async with AsyncClient(base_url, tenant=...,
+    api_key=...)``, or ``await aclose()``. ``transport`` (an ``httpx`` async transport) is for
+    tests and proxies; ``sleep`` is how the retry backoff waits."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, tenant: str | None = None,
+                 api_key: str | None = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None,
+                 read_your_writes: bool = True, headers: dict[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._core = Core(base_url, tenant, retry or RetryPolicy(), read_your_writes)
+        self._http = httpx.AsyncClient(base_url=self._core.base_url, timeout=timeout,
+                                       headers=self._core.headers(api_key, headers),
+                                       transport=transport)
+        self._sleep = sleep
+
+    @property
+    def position(self) -> int:
+        """The highest global position this client's writes returned (0: none yet)."""
+        return self._core.position
+
+    @property
+    def base_url(self) -> str:
+        return self._core.base_url
+
+    async def call(self, call: Call[T]) -> T:
+        """Send ``call``, retrying transient failures; its parsed answer, or a
+        ``MemledgerError``."""
+        request = self._core.build(self._http, call)
+        attempt = 1
+        while True:
+            try:
+                response = await self._http.send(request)
+            except httpx.TransportError as error:
+                await self._sleep(self._core.after_error(error, attempt))
+            else:
+                delay = self._core.after_response(response, attempt)
+                if delay is None:
+                    return self._core.finish(call, response)
+                await self._sleep(delay)
+            attempt += 1
+
+    # --- writes (shortcuts in WriteMethods) ---------------------------------------------------
+
+    async def send(self, command: CommandBase) -> WriteResult:
+        """Any command of ``memledger_schemas.commands`` on its own route."""
+        return await self.call(calls.write(command))
+
+    async def batch(self, commands: Sequence[CommandBase]) -> BatchResult:
+        return await self.call(calls.batch(commands))
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def item(self, space_id: str, item_id: UUID | str, *,
+                   source: Literal["projection", "replay"] = "projection",
+                   **at: Unpack[AsOf]) -> ItemAnswer:
+        return await self.call(calls.item(space_id, item_id, source, at))
+
+    async def items(self, space_id: str, **filters: Unpack[ItemFilters]) -> ItemList:
+        return await self.call(calls.items(space_id, filters))
+
+    async def history(self, space_id: str, item_id: UUID | str, *,
+                      as_of_position: int | None = None,
+                      **consistency: Unpack[Consistency]) -> History:
+        return await self.call(calls.history(space_id, item_id, as_of_position, consistency))
+
+    async def changes(self, space_id: str | None = None, *, after: str | None = None,
+                      since: datetime | None = None, limit: int = 100,
+                      **consistency: Unpack[Consistency]) -> ChangePage:
+        """One page of changes strictly after cursor ``after`` (or time ``since``); resume
+        from ``next_cursor``. ``space_id`` None: the whole tenant."""
+        return await self.call(calls.changes(space_id, after, since, limit, consistency))
+
+    async def iter_changes(self, space_id: str | None = None, *, after: str | None = None,
+                           since: datetime | None = None, limit: int = 100
+                           ) -> AsyncIterator[Change]:
+        """Every change after ``after``/``since`` up to the end of the feed, page by page."""
+        page = await self.changes(space_id, after=after, since=since, limit=limit)
+        while page.changes:
+            for change in page.changes:
+                yield change
+            page = await self.changes(space_id, after=page.next_cursor, limit=limit)
+
+    async def messages(self, space_id: str, session_id: UUID | str, *,
+                       as_of_position: int | None = None, limit: int = 200,
+                       **consistency: Unpack[Consistency]) -> Conversation:
+        return await self.call(calls.messages(space_id, session_id, as_of_position, limit,
+                                              consistency))
+
+    async def graph(self, space_id: str, *, as_of_position: int | None = None,
+                    **consistency: Unpack[Consistency]) -> Graph:
+        return await self.call(calls.graph(space_id, as_of_position, consistency))
+
+    async def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
+        return await self.call(calls.search(query, options))
+
+    async def context(self, space_id: str, **options: Unpack[ContextOptions]) -> ContextAnswer:
+        return await self.call(calls.context(space_id, options))
+
+    async def health(self) -> dict[str, Any]:
+        return await self.call(calls.health())
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        await self.aclose()

@@ -1,0 +1,227 @@
+"""The API as data: each function builds one ``Call`` (method, path, parameters, how to read
+the answer) and does no I/O, so the sync and async clients share every request and differ only
+in how they send it.
+
+Read-your-writes: a read whose caller did not name ``min_position`` is marked with where the
+client should put the highest position its writes returned (``ryw``: query or body).
+"""
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypedDict, TypeVar
+from urllib.parse import quote
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ValidationError
+
+from memledger_client.errors import from_validation
+from memledger_client.results import (
+    BatchResult,
+    ChangePage,
+    ContextAnswer,
+    Conversation,
+    Graph,
+    History,
+    ItemAnswer,
+    ItemList,
+    SearchAnswer,
+    WriteResult,
+)
+from memledger_query.semantic_dto import (
+    ContextRequest,
+    ContextShares,
+    LayerLimits,
+    SearchRequest,
+    Weights,
+)
+from memledger_schemas.commands import CommandBase, CommandBatch
+from memledger_schemas.events import MemoryKind
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+Place = Literal["query", "body"]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer (``parse`` gets the decoded JSON)."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    parse: Callable[[Any], T]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    body: Mapping[str, Any] | None = None
+    ryw: Place | None = None
+
+
+class Consistency(TypedDict, total=False):
+    """``min_position``: wait until the read model has it (default: the highest position this
+    client's writes returned; None: do not wait). ``wait_ms``: how long (server default 2 s)."""
+
+    min_position: int | None
+    wait_ms: int
+
+
+class AsOf(Consistency, total=False):
+    """Valid time (default now) and system time (a position or a timestamp; default latest)."""
+
+    valid_at: datetime | None
+    as_of_position: int | None
+    recorded_at: datetime | None
+
+
+class ItemFilters(AsOf, total=False):
+    kinds: Sequence[MemoryKind]
+    tags: Sequence[str]
+    session_id: UUID | str | None
+    agent_id: str | None
+    subject: str | None
+    predicate: str | None
+    include_archived: bool
+    limit: int
+    after: UUID | str | None
+
+
+class SearchOptions(AsOf, total=False):
+    """The fields of ``POST /v1/search`` besides ``query`` (see docs/search.md)."""
+
+    spaces: Sequence[str]
+    session_id: UUID | str | None
+    agent_id: str | None
+    kinds: Sequence[MemoryKind]
+    tags: Sequence[str]
+    subject: str | None
+    mode: Literal["execution", "planning", "brainstorming"]
+    k: int | None
+    threshold: float | None
+    scope: Literal["filtered", "hierarchical"]
+    layers: LayerLimits | Mapping[str, int]
+    weights: Weights | Mapping[str, float]
+    explain: bool
+
+
+class ContextOptions(AsOf, total=False):
+    session_id: UUID | str | None
+    query: str | None
+    budget_tokens: int
+    shares: ContextShares | Mapping[str, int]
+
+
+_QUERY_NAMES = {"kinds": "kind", "tags": "tag"}
+
+
+# --- writes -----------------------------------------------------------------------------------
+
+def write(command: CommandBase) -> Call[WriteResult]:
+    """The command's own route; an idempotency key is generated unless the command has one."""
+    keyed = with_key(command)
+    body = keyed.model_dump(mode="json", exclude_none=True)
+    path = re.sub(r"{(\w+)}", lambda m: quote(str(body[m.group(1)]), safe=""),
+                  command.http_path)
+    return Call("POST", path, WriteResult.model_validate, body=body)
+
+
+def batch(commands: Sequence[CommandBase]) -> Call[BatchResult]:
+    """Up to 1,000 commands committed atomically, each with its idempotency key."""
+    body = {"commands": [with_key(c).model_dump(mode="json", exclude_none=True)
+                         for c in commands]}
+    validated(CommandBatch, **body)
+    return Call("POST", "/v1/batch", BatchResult.model_validate, body=body)
+
+
+def with_key(command: CommandBase) -> CommandBase:
+    if command.idempotency_key is not None:
+        return command
+    return command.model_copy(update={"idempotency_key": f"mlc-{uuid4()}"})
+
+
+def validated(model: type[M], **fields: Any) -> M:
+    """``model`` built from ``fields``; a bad field raises ``InvalidRequest`` naming its path,
+    as the server would have."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as error:
+        raise from_validation(error) from None
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+def item(space_id: str, item_id: UUID | str, source: Literal["projection", "replay"],
+         at: AsOf) -> Call[ItemAnswer]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/items/{_seg(item_id)}",
+                ItemAnswer.model_validate, {**at, "source": source})
+
+
+def items(space_id: str, filters: ItemFilters) -> Call[ItemList]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/items", ItemList.model_validate, filters)
+
+
+def history(space_id: str, item_id: UUID | str, as_of_position: int | None,
+            consistency: Consistency) -> Call[History]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/items/{_seg(item_id)}/history",
+                History.model_validate, {**consistency, "as_of_position": as_of_position})
+
+
+def changes(space_id: str | None, after: str | None, since: datetime | None, limit: int,
+            consistency: Consistency) -> Call[ChangePage]:
+    """A page of the changes feed, of one space or (``space_id`` None) the whole tenant."""
+    path = "/v1/changes" if space_id is None else f"/v1/spaces/{_seg(space_id)}/changes"
+    return _get(path, ChangePage.model_validate,
+                {**consistency, "after": after, "since": since, "limit": limit})
+
+
+def messages(space_id: str, session_id: UUID | str, as_of_position: int | None, limit: int,
+             consistency: Consistency) -> Call[Conversation]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/sessions/{_seg(session_id)}/messages",
+                Conversation.model_validate,
+                {**consistency, "as_of_position": as_of_position, "limit": limit})
+
+
+def graph(space_id: str, as_of_position: int | None, consistency: Consistency) -> Call[Graph]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/graph", Graph.model_validate,
+                {**consistency, "as_of_position": as_of_position})
+
+
+def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:
+    body = validated(SearchRequest, query=query, **options)
+    return Call("POST", "/v1/search", SearchAnswer.model_validate,
+                body=body.model_dump(mode="json", exclude_unset=True),
+                ryw=None if "min_position" in options else "body")
+
+
+def context(space_id: str, options: ContextOptions) -> Call[ContextAnswer]:
+    body = validated(ContextRequest, space_id=space_id, **options)
+    return Call("POST", "/v1/context", ContextAnswer.model_validate,
+                body=body.model_dump(mode="json", exclude_unset=True),
+                ryw=None if "min_position" in options else "body")
+
+
+def health(path: str = "/health") -> Call[dict[str, Any]]:
+    """The ingest service's health (``/health``) or the query service's (``/v1/query/health``)."""
+    return Call("GET", path, _as_dict)
+
+
+def _get(path: str, parse: Callable[[Any], T], params: Mapping[str, Any]) -> Call[T]:
+    wire = {_QUERY_NAMES.get(k, k): _wire(v) for k, v in params.items() if v is not None}
+    return Call("GET", path, parse, params=wire,
+                ryw=None if "min_position" in params else "query")
+
+
+def _wire(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_wire(v) for v in value]
+    return value
+
+
+def _seg(value: UUID | str) -> str:
+    return quote(str(value), safe="")
+
+
+def _as_dict(document: Any) -> dict[str, Any]:
+    return dict(document)

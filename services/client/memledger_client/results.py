@@ -1,0 +1,82 @@
+"""What memledger answers: the write results defined here, the read answers re-exported from
+the query service's own models (so client and server cannot disagree on a field)."""
+
+from pydantic import BaseModel, ConfigDict
+
+from memledger_query.dto import (
+    Basis,
+    Change,
+    ChangePage,
+    Conversation,
+    Entity,
+    Graph,
+    History,
+    Item,
+    ItemAnswer,
+    ItemList,
+    Message,
+    Rectangle,
+    Relation,
+)
+from memledger_query.semantic_dto import (
+    ContextAnswer,
+    ContextEntry,
+    ContextSection,
+    SearchAnswer,
+    SearchHit,
+)
+
+__all__ = [
+    "Basis",
+    "BatchResult",
+    "Change",
+    "ChangePage",
+    "ContextAnswer",
+    "ContextEntry",
+    "ContextSection",
+    "Conversation",
+    "Entity",
+    "Graph",
+    "History",
+    "Item",
+    "ItemAnswer",
+    "ItemList",
+    "Message",
+    "Rectangle",
+    "Relation",
+    "SearchAnswer",
+    "SearchHit",
+    "WriteResult",
+]
+
+
+class WriteResult(BaseModel):
+    """What a committed command wrote. ``position``: pass it as ``min_position`` to read it back
+    (the client does that for you); ``duplicate``: an idempotent retry, nothing new written."""
+
+    model_config = ConfigDict(frozen=True)
+
+    command: str
+    event_ids: list[str]
+    position: int
+    positions: list[int]
+    stream_version: int
+    ids: dict[str, str]
+    duplicate: bool
+
+    @property
+    def item_id(self) -> str:
+        """The memory item the command created or changed (``LookupError`` if it names none)."""
+        try:
+            return self.ids["item_id"]
+        except KeyError:
+            raise LookupError(f"{self.command} names no item_id (ids: {self.ids})") from None
+
+
+class BatchResult(BaseModel):
+    """A batch committed atomically: one result per command, in order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    position: int
+    results: list[WriteResult]

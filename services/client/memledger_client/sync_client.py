@@ -1,0 +1,152 @@
+"""``Client``: the blocking client (httpx). See the package docstring for the behaviour."""
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, Unpack
+from uuid import UUID
+
+import httpx
+
+from memledger_client import calls
+from memledger_client.calls import (
+    AsOf,
+    Call,
+    Consistency,
+    ContextOptions,
+    ItemFilters,
+    SearchOptions,
+)
+from memledger_client.core import DEFAULT_URL, Core
+from memledger_client.results import (
+    BatchResult,
+    Change,
+    ChangePage,
+    ContextAnswer,
+    Conversation,
+    Graph,
+    History,
+    ItemAnswer,
+    ItemList,
+    SearchAnswer,
+    WriteResult,
+)
+from memledger_client.retry import RetryPolicy
+from memledger_client.writes import WriteMethods
+from memledger_schemas.commands import CommandBase
+
+T = TypeVar("T")
+
+
+class Client(WriteMethods[WriteResult]):
+    """memledger over HTTP, blocking: ``Client(base_url, tenant=..., api_key=...)``, used as a
+    context manager or ``close()``d. ``transport`` (an ``httpx`` transport) is for tests and
+    proxies; ``sleep`` is how the retry backoff waits."""
+
+    def __init__(self, base_url: str = DEFAULT_URL, *, tenant: str | None = None,
+                 api_key: str | None = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None,
+                 read_your_writes: bool = True, headers: dict[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._core = Core(base_url, tenant, retry or RetryPolicy(), read_your_writes)
+        self._http = httpx.Client(base_url=self._core.base_url, timeout=timeout,
+                                  headers=self._core.headers(api_key, headers),
+                                  transport=transport)
+        self._sleep = sleep
+
+    @property
+    def position(self) -> int:
+        """The highest global position this client's writes returned (0: none yet)."""
+        return self._core.position
+
+    @property
+    def base_url(self) -> str:
+        return self._core.base_url
+
+    def call(self, call: Call[T]) -> T:
+        """Send ``call``, retrying transient failures; its parsed answer, or a
+        ``MemledgerError``."""
+        request = self._core.build(self._http, call)
+        attempt = 1
+        while True:
+            try:
+                response = self._http.send(request)
+            except httpx.TransportError as error:
+                self._sleep(self._core.after_error(error, attempt))
+            else:
+                delay = self._core.after_response(response, attempt)
+                if delay is None:
+                    return self._core.finish(call, response)
+                self._sleep(delay)
+            attempt += 1
+
+    # --- writes (shortcuts in WriteMethods) ---------------------------------------------------
+
+    def send(self, command: CommandBase) -> WriteResult:
+        """Any command of ``memledger_schemas.commands`` on its own route."""
+        return self.call(calls.write(command))
+
+    def batch(self, commands: Sequence[CommandBase]) -> BatchResult:
+        return self.call(calls.batch(commands))
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def item(self, space_id: str, item_id: UUID | str, *,
+             source: Literal["projection", "replay"] = "projection",
+             **at: Unpack[AsOf]) -> ItemAnswer:
+        return self.call(calls.item(space_id, item_id, source, at))
+
+    def items(self, space_id: str, **filters: Unpack[ItemFilters]) -> ItemList:
+        return self.call(calls.items(space_id, filters))
+
+    def history(self, space_id: str, item_id: UUID | str, *, as_of_position: int | None = None,
+                **consistency: Unpack[Consistency]) -> History:
+        return self.call(calls.history(space_id, item_id, as_of_position, consistency))
+
+    def changes(self, space_id: str | None = None, *, after: str | None = None,
+                since: datetime | None = None, limit: int = 100,
+                **consistency: Unpack[Consistency]) -> ChangePage:
+        """One page of changes strictly after cursor ``after`` (or time ``since``); resume
+        from ``next_cursor``. ``space_id`` None: the whole tenant."""
+        return self.call(calls.changes(space_id, after, since, limit, consistency))
+
+    def iter_changes(self, space_id: str | None = None, *, after: str | None = None,
+                     since: datetime | None = None, limit: int = 100) -> Iterator[Change]:
+        """Every change after ``after``/``since`` up to the end of the feed, page by page."""
+        page = self.changes(space_id, after=after, since=since, limit=limit)
+        while page.changes:
+            yield from page.changes
+            page = self.changes(space_id, after=page.next_cursor, limit=limit)
+
+    def messages(self, space_id: str, session_id: UUID | str, *,
+                 as_of_position: int | None = None, limit: int = 200,
+                 **consistency: Unpack[Consistency]) -> Conversation:
+        return self.call(calls.messages(space_id, session_id, as_of_position, limit,
+                                        consistency))
+
+    def graph(self, space_id: str, *, as_of_position: int | None = None,
+              **consistency: Unpack[Consistency]) -> Graph:
+        return self.call(calls.graph(space_id, as_of_position, consistency))
+
+    def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
+        return self.call(calls.search(query, options))
+
+    def context(self, space_id: str, **options: Unpack[ContextOptions]) -> ContextAnswer:
+        return self.call(calls.context(space_id, options))
+
+    def health(self) -> dict[str, Any]:
+        return self.call(calls.health())
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,94 @@
+"""Schemathesis against the OpenAPI documents of both HTTP apps, on a real event store and a
+real read model: whatever a client sends that the schema allows (positive) or does not
+(negative), the answer is never a 5xx and matches the schema."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+from schemathesis import Case
+
+from memledger_enricher.embedding import HashingEmbedder
+from memledger_ingest.bootstrap import Endpoints
+from memledger_ingest.http import create_app as ingest_app
+from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.vectorindex.memory import InMemoryVectorIndex
+from memledger_projector.vector_consumer import VectorProjector
+from memledger_query.http import create_app as query_app
+from memledger_query.reader import Reader
+from memledger_query.semantic_http import Semantic, add_routes
+from memledger_schemas import commands as c
+from memledger_schemas.subjects import Subjects
+from tests.integration import fuzz_support
+from tests.integration.read_support import ReadSide, write
+
+POSITIVE, NEGATIVE = 25, 10
+"""Examples per operation (generating one costs ~40 ms: this bounds the run to ~1 min)."""
+
+
+async def _healthy() -> dict[str, Any]:
+    return {"status": "ok"}
+
+
+def _no_waiting(case: Case) -> None:
+    """Read-your-writes waits are bounded by ``wait_ms`` (2 s by default, up to 30 s): never
+    wait here (the answer is then 503 ``not_yet_visible`` at once)."""
+    if "wait_ms" in {p.name for p in case.operation.query}:
+        case.query = {**(case.query or {}), "wait_ms": 0}
+    if isinstance(case.body, dict) and case.operation.path in ("/v1/search", "/v1/context"):
+        case.body["wait_ms"] = 0
+
+
+def _report(outcome: fuzz_support.FuzzRun) -> str:
+    return (f"{len(outcome.failures)} of {outcome.requests} requests failed "
+            f"(statuses {outcome.statuses}):\n\n" + "\n\n".join(outcome.failures[:10]))
+
+
+async def test_the_ingest_api_never_answers_5xx_and_always_as_documented(
+        writer: GroupCommitWriter) -> None:
+    app = ingest_app(writer, _healthy, "default")
+    await writer.submit("default", [c.CreateSpace(space_id="s1")])
+    schema = fuzz_support.load("/openapi.json", app)
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ingest") as client:
+        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, POSITIVE, NEGATIVE))
+
+    assert outcome.requests > 600
+    assert not outcome.failures, _report(outcome)
+
+
+@pytest.fixture
+async def query(engines: Endpoints, side: ReadSide, writer: GroupCommitWriter
+                ) -> AsyncIterator[Any]:
+    """The query app (with search and context) over a small projected history."""
+    await write(writer, c.CreateSpace(space_id="main"), tenant="default")
+    await write(writer, c.AssertMemory(space_id="main", kind="fact", content="The sky is blue"),
+                tenant="default")
+    side.project()
+    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        engines.postgres_dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
+    try:
+        reader, embedder, index = Reader(pool, side.names), HashingEmbedder(), InMemoryVectorIndex()
+        app = query_app(reader, side.store, "default")
+        progress = VectorProjector(Subjects("unused"), index, embedder.model_id)
+        add_routes(app, Semantic(index, embedder, progress, reader))
+        yield app
+    finally:
+        pool.close()
+
+
+async def test_the_query_api_never_answers_5xx_and_always_as_documented(query: Any) -> None:
+    schema = fuzz_support.load("/v1/query/openapi.json", query)
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=query),
+                                 base_url="http://query") as client:
+        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, POSITIVE, NEGATIVE),
+                                         _no_waiting)
+
+    assert outcome.requests > 200
+    assert not outcome.failures, _report(outcome)
+
