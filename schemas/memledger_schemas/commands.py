@@ -4,7 +4,7 @@ NATS intake, batch) by the same models, so errors name the same field paths ever
 The tenant is never in the body: it comes from the transport (header, credential or subject).
 """
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -60,6 +60,27 @@ class CommandBase(BaseModel):
         default=None, description="the data subject whose personal data this carries (its "
         "key seals it; erasing the subject destroys the key); default: the subject of the "
         "stream written to, else 'space:<space_id>'")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # PostgreSQL's text and jsonb refuse NUL: accepted here, such a write could never be
+        # projected (found by fuzzing). Refused at the boundary instead, naming the field.
+        if _has_nul(value):
+            raise ValueError("must not contain the NUL character (\\u0000)")
+        return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, (tuple, list)):
+        return any(_has_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, BaseModel):
+        return any(_has_nul(v) for v in value.__dict__.values())
+    return False
 
 
 class ValidInterval(BaseModel):

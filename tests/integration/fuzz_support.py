@@ -36,7 +36,7 @@ class FuzzRun:
     failures: list[str] = field(default_factory=list)
 
 
-def cases(schema: Any, positive: int, negative: int) -> Iterator[Case]:
+def cases(schema: Any, positive: int, negative: int) -> Iterator[Case[Any]]:
     """Up to ``positive`` cases per operation that the schema allows and ``negative`` ones it
     does not (wrong types, missing fields, bad formats), the same ones every run."""
     for result in schema.get_all_operations():
@@ -46,13 +46,13 @@ def cases(schema: Any, positive: int, negative: int) -> Iterator[Case]:
             yield from _draw(operation.as_strategy(generation_mode=mode), examples)
 
 
-def _draw(strategy: st.SearchStrategy[Case], examples: int) -> list[Case]:
-    drawn: list[Case] = []
+def _draw(strategy: st.SearchStrategy[Case[Any]], examples: int) -> list[Case[Any]]:
+    drawn: list[Case[Any]] = []
 
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(strategy)
-    def collect(case: Case) -> None:
+    def collect(case: Case[Any]) -> None:
         drawn.append(case)
 
     # Unsatisfiable: nothing to break (an operation without parameters): no negative case.
@@ -61,8 +61,8 @@ def _draw(strategy: st.SearchStrategy[Case], examples: int) -> list[Case]:
     return drawn
 
 
-async def run(client: httpx.AsyncClient, found: Iterator[Case],
-              adjust: Callable[[Case], None] = lambda case: None) -> FuzzRun:
+async def run(client: httpx.AsyncClient, found: Iterator[Case[Any]],
+              adjust: Callable[[Case[Any]], None] = lambda case: None) -> FuzzRun:
     """Send every case, check every response; collect what failed with the request."""
     outcome = FuzzRun()
     for case in found:

@@ -33,7 +33,7 @@ async def _healthy() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-def _no_waiting(case: Case) -> None:
+def _no_waiting(case: Case[Any]) -> None:
     """Read-your-writes waits are bounded by ``wait_ms`` (2 s by default, up to 30 s): never
     wait here (the answer is then 503 ``not_yet_visible`` at once)."""
     if "wait_ms" in {p.name for p in case.operation.query}:
@@ -92,3 +92,15 @@ async def test_the_query_api_never_answers_5xx_and_always_as_documented(query: A
     assert outcome.requests > 200
     assert not outcome.failures, _report(outcome)
 
+
+
+@pytest.mark.parametrize("path", ["/v1/spaces/main/items?kind=%00", "/v1/spaces/%00/items",
+                                  "/v1/spaces/main/changes?after=%00"])
+async def test_a_nul_character_in_a_read_is_refused_not_a_server_error(query: Any,
+                                                                       path: str) -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=query),
+                                 base_url="http://query") as client:
+        response = await client.get(path)
+
+    assert response.status_code in (400, 422), response.text
+    assert response.json()["error"]["code"] in ("invalid_request", "invalid_cursor")

@@ -294,3 +294,15 @@ def test_stream_names_are_derived_from_the_prefix() -> None:
         "MY_APP_EVENTS", "MY_APP_INTAKE", "MY_APP_DLQ")
     assert subjects.event("acme", "notes", "memory.asserted") == (
         "my-app.evt.acme.notes.memory.asserted")
+
+
+@pytest.mark.parametrize("body", [
+    {"content": "a\x00b"},
+    {"content": "ok", "triple": {"subject": "a\x00", "predicate": "p", "object": "o"}},
+    {"content": "ok", "tags": ["x\x00"]},
+])
+def test_a_nul_character_is_refused_naming_the_field(body: dict[str, object]) -> None:
+    # PostgreSQL text and jsonb refuse NUL: such a write could never be projected.
+    with pytest.raises(ValidationError) as refused:
+        c.AssertMemory.model_validate({"space_id": "s", "kind": "fact", **body})
+    assert refused.value.errors()[0]["loc"][0] in body

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import orjson
+import psycopg
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -125,6 +126,13 @@ def _errors(app: FastAPI) -> None:
         message = "; ".join(f"{f['path']}: {f['reason']}" for f in fields)
         return _body({"error": {"status": 422, "code": "invalid_request", "message": message,
                                 "fields": fields}}, 422)
+
+    @app.exception_handler(psycopg.DataError)
+    async def unstorable(_: Request, error: psycopg.DataError) -> Response:
+        # A parameter PostgreSQL cannot even compare with, e.g. a NUL character in
+        # ``kind`` (found by schemathesis: it was a 500).
+        return Problem(422, "invalid_request", f"a parameter the read models cannot hold: "
+                       f"{error}").response()
 
     @app.exception_handler(StarletteHTTPException)
     async def refused(_: Request, error: StarletteHTTPException) -> Response:
