@@ -237,6 +237,20 @@ def test_the_nats_cluster_has_three_nodes_on_one_config_with_jetstream_synced_al
         assert "./nats:/etc/nats/memledger:ro" in services[node]["volumes"]
 
 
+def test_services_send_telemetry_to_the_collectors_otlp_http_receiver() -> None:
+    compose = _compose()
+    collector = yaml.safe_load((DEPLOY / "otel-collector.yaml").read_text())
+    http = collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    for name, spec in _memledger_services(compose).items():
+        if name == "status":
+            continue
+        endpoint = re.match(r"http://([\w-]+):(\d+)$",
+                            spec["environment"]["MEMLEDGER_OTLP_ENDPOINT"])
+        assert endpoint, name
+        assert endpoint.group(1) in compose["services"]
+        assert http.endswith(f":{endpoint.group(2)}")
+
+
 def test_the_collector_pipelines_use_only_components_it_defines() -> None:
     config = yaml.safe_load((DEPLOY / "otel-collector.yaml").read_text())
     for pipeline in config["service"]["pipelines"].values():

@@ -206,8 +206,12 @@ def _committed(conn: psycopg.Connection[Any], base: str) -> int:
 # --- NATS: the relayed position, consumers and dead letters ---------------------------------
 
 async def _read_nats(url: str, subjects: Subjects, status: Status) -> None:
-    nc = await nats.connect(url, name="memledger-status", connect_timeout=_TIMEOUT_SECONDS,
-                            allow_reconnect=False, max_reconnect_attempts=0)
+    # Two tries, then give up (0 would mean "forever" to nats-py); failures are reported once,
+    # by the caller, not logged on every try.
+    nc = await asyncio.wait_for(nats.connect(
+        url, name="memledger-status", connect_timeout=_TIMEOUT_SECONDS, allow_reconnect=False,
+        max_reconnect_attempts=1, reconnect_time_wait=0.5, error_cb=_quiet),
+        2 * _TIMEOUT_SECONDS + 1)
     try:
         js = nc.jetstream(timeout=_TIMEOUT_SECONDS)
         cursor = await stream_cursor(js, subjects)
@@ -221,6 +225,10 @@ async def _read_nats(url: str, subjects: Subjects, status: Status) -> None:
         status.dead_letters = await _dead_letters(js, subjects.dead_letter_stream)
     finally:
         await nc.close()
+
+
+async def _quiet(error: Exception) -> None:
+    return None
 
 
 class _Positions:

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
+    otlp_endpoint: str | None = Field(
+        default=None, pattern=r"^https?://[^/\s]+(/\S*)?$", description="an OpenTelemetry "
+        "collector's OTLP/HTTP address (e.g. http://localhost:4318): traces and metrics are "
+        "sent there; unset: none are recorded")
 
     @model_validator(mode="after")
     def _distributed_needs_endpoints(self) -> "Settings":
