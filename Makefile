@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint install test-integration test-unit bench clean
+.PHONY: run test lint install test-integration test-unit test-faults bench clean
 
 run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stops it)
 	$(BIN)/memledger up
@@ -17,6 +17,9 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest -q tests/integration tests/e2e
+
+test-faults: $(STAMP)    ## kill -9 every process in turn under load; nothing acked lost or repeated
+	$(BIN)/python -m pytest -q -m faults tests/faults
 
 lint: $(STAMP)           ## ruff and mypy --strict
 	$(BIN)/ruff check .

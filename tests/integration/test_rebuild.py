@@ -148,3 +148,62 @@ async def test_the_live_model_answers_reads_while_a_rebuild_runs(
 
     assert answers
     assert all(position == event_store.max_position() for position in answers)
+
+
+async def test_a_rebuild_folded_in_two_processes_equals_one_folded_in_one(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
+    seen: list[tuple[int, int]] = []
+    two = rebuild.rebuild(conn, event_store, names, lambda at, of: seen.append((at, of)),
+                          parallel=True)
+    assert rebuild.model_hash(conn, names.schema(2)) == rebuild.model_hash(
+        conn, names.schema(1))
+
+    one = rebuild.rebuild(conn, event_store, names, parallel=False)
+
+    assert (two.processes, one.processes) == (2, 1)
+    assert rebuild.model_hash(conn, names.schema(3)) == rebuild.model_hash(
+        conn, names.schema(2))
+    assert seen[-1][0] == event_store.max_position()
+
+
+async def test_an_item_whose_events_span_streams_is_folded_in_one_process_with_the_same_result(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
+    item = str(UUID(int=1_000))
+    event_store.append([_memory("memory.asserted", _stream(odd=True), {
+        "item_id": item, "kind": "fact", "content": "asserted"})])
+    event_store.append([_memory("memory.revised", _stream(odd=False), {
+        "item_id": item, "content": "revised"})])
+    rebuild.rebuild(conn, event_store, names, parallel=False)
+
+    result = rebuild.rebuild(conn, event_store, names, parallel=True)
+
+    assert result.processes == 1
+    assert rebuild.model_hash(conn, names.schema(3)) == rebuild.model_hash(
+        conn, names.schema(2))
+
+
+async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_and_says_where(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
+    bad = event_store.append([_memory("memory.asserted", _stream(odd=True), {})])
+
+    with pytest.raises(rebuild.RebuildStopped, match=f"{bad[0].position}"):
+        rebuild.rebuild(conn, event_store, names, parallel=True)
+
+    assert schema.live_version(conn, names) == 1
+
+
+def _stream(*, odd: bool) -> UUID:
+    """A stream id the parallel rebuild routes to its fold worker (odd) or keeps (even)."""
+    return UUID(int=uuid7().int | 1 if odd else uuid7().int & ~1)
+
+
+def _memory(event_type: str, stream: UUID, payload: dict[str, Any]) -> EventEnvelope:
+    return EventEnvelope(event_id=uuid7(), event_type=event_type, schema_version=1,
+                         stream_id=stream, stream_version=1, tenant_id="t", space_id="s",
+                         actor="test", payload=payload)

@@ -9,6 +9,7 @@ from pydantic import SecretStr
 
 from memledger_cli.embedded import engines, supervise
 from memledger_ingest.bootstrap import Endpoints
+from memledger_platform import telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
 from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
@@ -27,6 +28,9 @@ def up(settings: Settings) -> None:
     if settings.master_key is None:  # personal data is always sealed on the embedded engines
         settings = settings.model_copy(update={"master_key": SecretStr(
             ensure_master_key(settings.home.expanduser()))})
+    # this process: ingest, query and the vector projector (the others are child processes,
+    # which configure their own from the same settings)
+    telemetry.configure(settings, "memledger")
     with engines(settings) as endpoints:
         key = ensure_local_admin(settings, endpoints.postgres_dsn,
                                  settings.home.expanduser() / ADMIN_KEY_FILE)

@@ -35,8 +35,11 @@ from memledger_cli.progress import Bar
 from memledger_cli.verify_report import Found, Report
 from memledger_ingest.relay import RelayOutOfSync, stream_cursor
 from memledger_platform import bus
+from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
+from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import rebuild, schema, store
@@ -60,6 +63,13 @@ class Target:
     query_url: str | None = None
     """Otherwise: the query service to ask for the vector digests."""
     skip_vectors: str = ""
+    opened: EventStore | None = None
+    """The log with sealed personal data opened, as the read models were built from it (the
+    events stream must equal the raw ``store``, byte for byte)."""
+
+    @property
+    def log(self) -> EventStore:
+        return self.opened or self.store
 
 
 async def verify(target: Target, wait_seconds: float = 10.0) -> tuple[Report, Found]:
@@ -72,7 +82,7 @@ async def verify(target: Target, wait_seconds: float = 10.0) -> tuple[Report, Fo
     await _until(deadline, lambda: asyncio.to_thread(_projected_through, target, committed))
     with Bar("verify postgres (rebuild to compare)", committed) as bar:
         models = await asyncio.to_thread(
-            verify_models.compare, target.dsn, target.store, target.names, committed,
+            verify_models.compare, target.dsn, target.log, target.names, committed,
             bar.update, vectors=not target.skip_vectors, items=target.index is not None)
     vectors = await _vectors(target, models, stream)
     found = Found(stream, models, vectors)
@@ -157,7 +167,7 @@ async def _repair_stream(target: Target, s: verify_stream.StreamComparison,
 def _rebuild(target: Target) -> str:
     with psycopg.connect(target.dsn, autocommit=True) as conn, \
             Bar("rebuild postgres", target.store.max_position()) as bar:
-        done = rebuild.rebuild(conn, target.store, target.names, bar.update)
+        done = rebuild.rebuild(conn, target.log, target.names, bar.update)
     return (f"postgres read model: rebuilt blue/green as version {done.version} (was "
             f"{done.previous}) through position {done.position}")
 
@@ -167,7 +177,7 @@ def _redrive(target: Target) -> str:
         return ("vector index: NOT repaired: it is held by the running query service; stop "
                 "memledger and run `memledger verify --repair` to re-drive it from the log")
     with Bar("re-drive vector index", target.store.max_position()) as bar:
-        count = verify_vectors.redrive(target.index, target.store, target.model, bar.update)
+        count = verify_vectors.redrive(target.index, target.log, target.model, bar.update)
     return f"vector index: re-driven from the log ({count} memory events folded)"
 
 
@@ -224,6 +234,8 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
     nc = await bus.connect(nats_url, "memledger-verify")
     target = Target(event_store, nc.jetstream(), settings.subjects, dsn,
                     schema.Names(settings.postgres_schema), settings.nats_stream_replicas)
+    keyring, keyring_pool = keyring_for(with_home_master_key(settings), dsn)
+    target.opened = OpenedEventStore(event_store, Opener(keyring))
     try:
         if args.skip_vectors:
             target.skip_vectors = "--skip-vectors"
@@ -241,6 +253,8 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
             target.index.close()
         await nc.close()
         event_store.close()
+        if keyring_pool is not None:
+            keyring_pool.close()
 
 
 def _open_index(target: Target, settings: Settings) -> None:

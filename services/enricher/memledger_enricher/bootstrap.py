@@ -6,7 +6,7 @@ import logging
 from memledger_enricher import embedders
 from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import DURABLE, Enricher
-from memledger_platform import bus
+from memledger_platform import bus, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
@@ -48,4 +48,5 @@ async def run(settings: Settings) -> None:
     if not settings.nats_url:
         raise ValueError("set MEMLEDGER_NATS_URL")
     url = settings.nats_url
+    telemetry.configure(settings, "memledger-enricher")
     await run_until_signalled(lambda stop: serve(settings, url, stop))

@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from memledger_platform import telemetry
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
@@ -50,7 +51,7 @@ class IntakeClient:
                 await self._js.publish(
                     self._subjects.intake(tenant, name),
                     command.model_dump_json(exclude_none=True).encode(),
-                    headers={HDR_REPLY_TO: reply_to})
+                    headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
             return list(await asyncio.wait_for(asyncio.gather(*futures), self._timeout))
         finally:
             for future in futures:

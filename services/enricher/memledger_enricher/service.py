@@ -22,12 +22,14 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from memledger_enricher.embedding import Embedder
 from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
+from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
+_tracer = telemetry.tracer(__name__)
 
 DURABLE = "enricher"
 ACK_WAIT_SECONDS = 120.0
@@ -74,7 +76,12 @@ class Enricher:
             await asyncio.gather(*(m.nak() for m in msgs), return_exceptions=True)
 
     async def handle(self, msgs: list[Msg]) -> None:
-        """Enrich a fetched batch and settle every message of it."""
+        """Enrich a fetched batch and settle every message of it. The commands it sends carry
+        the batch's span (the child of the one event's, or linked to each)."""
+        with telemetry.consuming(_tracer, "enricher", msgs):
+            await self._handle_batch(msgs)
+
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
         sources = [source for source in (_source(m, self._open) for m in msgs)
                    if source is not None]
         try:
@@ -111,7 +118,8 @@ def _source(msg: Msg, opener: Opener) -> Source | None:
         return source_of(opener(orjson.loads(msg.data)))
     except (ValueError, KeyError, TypeError) as error:
         # Undecodable here means the projector dead-letters it too; enrichment skips it.
-        log.error("enricher skipped an undecodable event on %s: %r", msg.subject, error)
+        with logs.bound_event(msg.headers, msg.data):
+            log.error("enricher skipped an undecodable event on %s: %r", msg.subject, error)
         return None
 
 

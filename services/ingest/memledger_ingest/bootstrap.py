@@ -20,7 +20,7 @@ from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform import bus, grpc_server, http_server
+from memledger_platform import bus, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring, keyring_for
@@ -139,6 +139,7 @@ async def run(settings: Settings) -> None:
     from memledger_platform.lifecycle import run_until_signalled
 
     endpoints = endpoints_from(settings)
+    telemetry.configure(settings, "memledger-ingest")
     await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce))
 
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
@@ -28,6 +29,7 @@ from memledger_ingest.problems import (
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform import telemetry
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.limits import retry_after
 from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch, EraseSubject
@@ -55,13 +57,14 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     A bare router: every route turns its own failures into a problem response, so the
     middleware layers of a full Starlette app would only add cost."""
     tenant_of = _tenant_resolver(gate or Gate(None, default_tenant))
+    traced = [Middleware(telemetry.TracingMiddleware)]  # on ingest's routes, not on a mount
     routes = [Route(model.http_path, _command_route(model, writer, tenant_of), methods=["POST"],
-                    name=_name(model)) for model in COMMANDS]
+                    name=_name(model), middleware=traced) for model in COMMANDS]
     routes.append(Route(BATCH_PATH, _batch_route(writer, tenant_of), methods=["POST"],
-                        name="batch"))
+                        name="batch", middleware=traced))
     if erasure is not None:
         routes.append(Route(EraseSubject.http_path, _erase_route(erasure, tenant_of),
-                            methods=["POST"], name="erase_subject"))
+                            methods=["POST"], name="erase_subject", middleware=traced))
     spec = openapi()
 
     async def health_route(_: Request) -> Response:
@@ -139,8 +142,9 @@ def _erase_route(erasure: Erasure, tenant_of: Resolver
 async def _submit(writer: GroupCommitWriter, tenant: str, commands: list[Any],
                   request: Request, *, batch: bool) -> list[CommandResult]:
     try:
-        return await writer.submit(tenant, commands, actor="http",
-                                   traceparent=request.headers.get("traceparent"))
+        # the request's span when tracing is on; the caller's header as it came otherwise
+        traceparent = telemetry.current_traceparent() or request.headers.get("traceparent")
+        return await writer.submit(tenant, commands, actor="http", traceparent=traceparent)
     except (Rejected, DomainError) as error:
         raise HttpError(refused(error, batch=batch)) from None
     except Exception as error:

@@ -32,6 +32,7 @@ from memledger_ingest.problems import (
     result_body,
 )
 from memledger_ingest.writer import GroupCommitWriter, Rejected
+from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_schemas.commands import BY_NAME, CommandBase
 from memledger_schemas.subjects import (
@@ -124,7 +125,9 @@ class Intake:
                                b'{"redacted": "source subject erased"}' if erased else msg.data,
                                headers=headers)
         self.dead_letters += 1
-        log.warning("intake dead-lettered %s: %s", msg.subject, problem.message)
+        telemetry.DEAD_LETTERS.add(1, {"source": "intake"})
+        with logs.bound_event(None, b"" if erased else msg.data, tenant=tenant):
+            log.warning("intake dead-lettered %s: %s", msg.subject, problem.message)
         await self._reply(msg, problem.body())
         await msg.term()
 

@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
+from memledger_platform import telemetry
 from memledger_platform.bus import Ack, PipelinedPublisher
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_schemas.subjects import (
@@ -34,6 +36,7 @@ from memledger_schemas.subjects import (
 )
 
 log = logging.getLogger(__name__)
+_tracer = telemetry.tracer(__name__)
 
 ACK_TIMEOUT_SECONDS = 30.0
 
@@ -120,7 +123,9 @@ class Relay:
                 failures = 0
             except Exception as error:
                 failures += 1
-                log.warning("relay failed (%d in a row), will resync: %s", failures, error)
+                with structlog.contextvars.bound_contextvars(
+                        relayed_position=self.cursor.position):
+                    log.warning("relay failed (%d in a row), will resync: %s", failures, error)
                 await _wait(stop, min(5.0, 0.1 * 2 ** failures))
                 continue
             if not moved:
@@ -152,7 +157,7 @@ class Relay:
             fields = event.fields()
             subject = self._subjects.event(fields["tenant_id"], fields["space_id"],
                                            event.event_type)
-            headers = _headers(event, fields, start + i, previous)
+            headers = _headers(event, fields, start + i, previous, subject)
             if i < last:
                 await self._nc.publish(subject, event.document(), headers=headers)
             else:
@@ -160,6 +165,11 @@ class Relay:
             previous = fields["event_id"]
         [ack] = await self._publisher.settle([final], ACK_TIMEOUT_SECONDS)
         self._advance(events[-1], previous, start + len(events), ack)
+        telemetry.EVENTS_PUBLISHED.add(len(events))
+        if log.isEnabledFor(logging.DEBUG):
+            with structlog.contextvars.bound_contextvars(first_position=events[0].position,
+                                                         last_position=events[-1].position):
+                log.debug("published %d events", len(events))
 
     def _advance(self, event: RecordedEvent, event_id: str, expected_seq: int,
                  ack: Ack | BaseException) -> None:
@@ -177,15 +187,28 @@ class Relay:
 
 
 def _headers(event: RecordedEvent, fields: dict[str, Any], last_sequence: int,
-             last_event_id: str) -> dict[str, str]:
+             last_event_id: str, subject: str) -> dict[str, str]:
     headers = {HDR_MSG_ID: fields["event_id"], HDR_EXPECTED_LAST_SEQ: str(last_sequence),
                HDR_POSITION: str(event.position), HDR_EVENT_TYPE: event.event_type,
                HDR_SCHEMA_VERSION: str(fields["schema_version"])}
     if last_event_id:
         headers[HDR_EXPECTED_LAST_MSG_ID] = last_event_id
     if fields.get("traceparent"):
-        headers[HDR_TRACEPARENT] = fields["traceparent"]
+        headers[HDR_TRACEPARENT] = _publish_traceparent(fields, event.position, subject)
     return headers
+
+
+def _publish_traceparent(fields: dict[str, Any], position: int, subject: str) -> str:
+    """The context consumers continue from: a publish span, the child of the write's context
+    stored in the event (that context itself when tracing is off)."""
+    if not telemetry.enabled():
+        return str(fields["traceparent"])
+    return telemetry.child_traceparent(_tracer, "relay publish", fields["traceparent"],
+                                       attributes={"messaging.system": "nats",
+                                                   "messaging.destination.name": subject,
+                                                   "memledger.event_id": fields["event_id"],
+                                                   "memledger.global_position": position}
+                                       ) or str(fields["traceparent"])
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

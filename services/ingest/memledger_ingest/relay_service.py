@@ -16,7 +16,7 @@ from psycopg import sql
 
 from memledger_ingest.bootstrap import Endpoints, endpoints_from
 from memledger_ingest.relay import Relay
-from memledger_platform import bus
+from memledger_platform import bus, telemetry
 from memledger_platform.eventstore.postgres import (
     EVENTS_TABLE,
     PostgresEventStore,
@@ -37,6 +37,8 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event) -
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
     relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
                   poll_seconds=settings.relay_poll_seconds)
+    telemetry.observe("memledger.relay.lag", "events committed but not yet published",
+                      lambda: max(0, store.max_position() - relay.cursor.position))
     listener = asyncio.create_task(
         listen_for_commits(endpoints.postgres_dsn, EVENTS_TABLE, lambda: relay.notify(0)))
     log.info("relay publishing %s to %s", EVENTS_TABLE, settings.subjects.events_stream)
@@ -56,6 +58,7 @@ async def run(settings: Settings) -> None:
     from memledger_platform.lifecycle import run_until_signalled
 
     endpoints = endpoints_from(settings)
+    telemetry.configure(settings, "memledger-relay")
     await run_until_signalled(lambda stop: serve(settings, endpoints, stop))
 
 

@@ -1,10 +1,20 @@
-"""structlog over stdlib logging: JSON lines in production, a readable console on a TTY."""
+"""structlog over stdlib logging: JSON lines in production, a readable console on a TTY.
+
+Where events are handled, their id, position, tenant and correlation id are bound to the log
+context (``bound_event``), and every line written inside a span carries its trace and span ids.
+"""
 
 import logging
 import sys
-from typing import Literal
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Literal
 
+import orjson
 import structlog
+from opentelemetry import trace
+
+from memledger_schemas.subjects import HDR_MSG_ID, HDR_POSITION
 
 
 def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "auto") -> None:
@@ -15,7 +25,8 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
         else _json_renderer())
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars, structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name, structlog.processors.TimeStamper(fmt="iso", utc=True)]
+        structlog.stdlib.add_logger_name, structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _trace_ids]
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(), cache_logger_on_first_use=True)
@@ -28,6 +39,40 @@ def configure(level: str = "info", fmt: Literal["auto", "json", "console"] = "au
     root.setLevel(level.upper())
     for noisy in ("nats", "uvicorn.error", "psycopg.pool", "httpx"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def bound_event(headers: Mapping[str, str] | None, data: bytes = b"", **more: Any
+                ) -> AbstractContextManager[None]:
+    """Bind, while a message is handled, the log fields that name the event it carries: id and
+    position from the relay's headers, tenant and correlation id from the envelope in ``data``
+    (when it parses; for the rare paths, such as dead letters: it parses the message again)."""
+    fields: dict[str, Any] = {}
+    if headers:
+        position = headers.get(HDR_POSITION, "")
+        fields.update(event_id=headers.get(HDR_MSG_ID),
+                      global_position=int(position) if position.isdigit() else None)
+    try:
+        envelope = orjson.loads(data) if data else None
+    except orjson.JSONDecodeError:
+        envelope = None
+    if isinstance(envelope, dict):
+        fields.update({name: envelope.get(key) for name, key in _ENVELOPE_FIELDS})
+    fields.update(more)
+    return structlog.contextvars.bound_contextvars(
+        **{k: v for k, v in fields.items() if v is not None})
+
+
+_ENVELOPE_FIELDS = (("event_id", "event_id"), ("global_position", "global_position"),
+                    ("tenant", "tenant_id"), ("correlation_id", "correlation_id"))
+
+
+def _trace_ids(_: object, __: str, event: structlog.typing.EventDict
+               ) -> structlog.typing.EventDict:
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event.setdefault("trace_id", f"{context.trace_id:032x}")
+        event.setdefault("span_id", f"{context.span_id:016x}")
+    return event
 
 
 def _json_renderer() -> structlog.typing.Processor:

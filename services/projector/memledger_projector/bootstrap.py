@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from memledger_platform import bus, receipts
+from memledger_platform import bus, receipts, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
@@ -47,6 +47,7 @@ async def run(settings: Settings) -> None:
     if not settings.postgres_dsn or not settings.nats_url:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
+    telemetry.configure(settings, "memledger-projector")
     await run_until_signalled(lambda stop: serve(settings, dsn, url, stop))
 
 

@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from memledger_platform import receipts
+from memledger_platform import logs, receipts, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_projector import erasure, store
@@ -29,6 +29,7 @@ from memledger_projector.schema import Names, live_version
 from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, HDR_EVENT_TYPE, Subjects
 
 log = logging.getLogger(__name__)
+_tracer = telemetry.tracer(__name__)
 
 DURABLE = "projector-postgres"
 RETRY_SECONDS = 0.5
@@ -66,6 +67,10 @@ class Projector:
     async def handle(self, msgs: list[Msg]) -> None:
         """Apply a fetched batch and settle every message of it. An erasure splits the batch:
         the events before it are applied, the subject's rows scrubbed, then the rest."""
+        with telemetry.consuming(_tracer, "projector", msgs):
+            await self._handle_batch(msgs)
+
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
         start = 0
         for index, msg in enumerate(msgs):
             if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
@@ -147,13 +152,14 @@ class Projector:
         # A batch failed for a reason other than the connection: find the poison event(s)
         # by applying the batch's events one at a time; the others go through.
         for event, msg in zip(events, msgs, strict=True):
-            try:
-                checkpoint = await self._apply_retrying([event], msg.metadata.sequence.stream,
-                                                        [msg])
-                self.position = checkpoint.position
-                await msg.ack()
-            except Exception as error:
-                await self._dead_letter(msg, f"position {event.position}: {error!r}")
+            with logs.bound_event(msg.headers, tenant=event.tenant_id):
+                try:
+                    checkpoint = await self._apply_retrying(
+                        [event], msg.metadata.sequence.stream, [msg])
+                    self.position = checkpoint.position
+                    await msg.ack()
+                except Exception as error:
+                    await self._dead_letter(msg, f"position {event.position}: {error!r}")
 
     def _apply(self, events: list[Event], last_seq: int) -> store.Checkpoint:
         if self._conn is None or self._conn.closed:
@@ -166,7 +172,9 @@ class Projector:
                                headers={HDR_DLQ_REASON: reason[:1024],
                                         HDR_DLQ_SUBJECT: msg.subject})
         self.dead_letters += 1
-        log.error("projector dead-lettered %s: %s", msg.subject, reason)
+        telemetry.DEAD_LETTERS.add(1, {"source": "projector"})
+        with logs.bound_event(msg.headers, msg.data, tenant=tenant):
+            log.error("projector dead-lettered %s: %s", msg.subject, reason)
         await msg.term()
 
 

@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_platform.vectorindex.port import VectorIndex
@@ -31,6 +32,7 @@ from memledger_schemas.subjects import (
 )
 
 log = logging.getLogger(__name__)
+_tracer = telemetry.tracer(__name__)
 
 DURABLE = "projector-vectors"
 ACK_WAIT_SECONDS = 30.0
@@ -95,6 +97,10 @@ class VectorProjector:
         """Fold a fetched batch into the index and settle every message of it. An erasure
         splits the batch: what came before it is written, then the subject's points go, so
         what the subject wrote after its erasure survives."""
+        with telemetry.consuming(_tracer, "vectors", msgs):
+            await self._handle_batch(msgs)
+
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
         for msg in msgs:
             if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
                 await self._write_pending(msgs)
@@ -156,7 +162,9 @@ class VectorProjector:
                                headers={HDR_DLQ_REASON: reason[:1024],
                                         HDR_DLQ_SUBJECT: msg.subject})
         self.dead_letters += 1
-        log.error("vector projector dead-lettered %s: %s", msg.subject, reason)
+        telemetry.DEAD_LETTERS.add(1, {"source": "vectors"})
+        with logs.bound_event(msg.headers, msg.data, tenant=tenant):
+            log.error("vector projector dead-lettered %s: %s", msg.subject, reason)
 
 
 async def _forget_consumer(js: JetStreamContext, stream: str, durable: str) -> None:

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from memledger_enricher import embedders
 from memledger_enricher.embedding import Embedder
-from memledger_platform import bus, grpc_server, http_server, receipts
+from memledger_platform import bus, grpc_server, http_server, receipts, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
@@ -77,7 +77,8 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
         receipts.ensure(conn, names.base)
     pool: ConnectionPool[psycopg.Connection[object]] = ConnectionPool(
         dsn, min_size=2, max_size=settings.postgres_pool_size, open=True,
-        kwargs={"autocommit": True})
+        kwargs={"autocommit": True},
+        check=ConnectionPool.check_connection)  # a PostgreSQL restart leaves dead connections
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
                                                   pool_size=2))
     embedder = embedder or embedders.from_settings(settings)
@@ -133,4 +134,5 @@ async def run(settings: Settings) -> None:
     if not settings.postgres_dsn or not settings.nats_url:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
+    telemetry.configure(settings, "memledger-query")
     await run_until_signalled(lambda stop: serve(settings, dsn, url, stop, print))

@@ -16,6 +16,7 @@ import orjson
 import psycopg
 from psycopg import sql
 
+from memledger_cli.bench import searchable
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
 from memledger_cli.progress import Bar
@@ -40,10 +41,11 @@ def _e2e_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read back every Nth write (1: every write)")
     parser.add_argument("--warmup", type=float, default=2.0,
                         help="seconds at the same rate before measuring")
+    searchable.add_arguments(parser)
 
 
 async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
-    with Steps(total=4) as steps, private_server() as server:
+    with Steps(total=5) as steps, private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
         async with aiohttp.ClientSession(server.url) as http:
             await post(http, "/v1/spaces", {"space_id": SPACE})
             steps.step(f"warm-up: {args.rate:g} writes/s for {args.warmup:g}s")
@@ -52,12 +54,14 @@ async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
             visible, acks = await _steady(http, args.rate, args.seconds, args.sample_every)
         steps.step("raw JetStream publish -> consume")
         raw = await _raw_jetstream_latency(server.nats_url, int(args.rate * 2))
+        steps.step(f"write -> found by search at {args.search_rate:g} writes/s (local model)")
+        found = await searchable.phase(server.url, server.nats_url, SPACE, args)
     return {"scenario": "e2e", "rate_per_s": args.rate, "writes": len(acks),
             "read_back": len(visible),
             "visible_p50_ms": _ms(visible)["p50"], "visible_p99_ms": _ms(visible)["p99"],
             "ack_p50_ms": _ms(acks)["p50"], "ack_p99_ms": _ms(acks)["p99"],
             "raw_jetstream_p50_ms": _ms(raw)["p50"], "raw_jetstream_p99_ms": _ms(raw)["p99"],
-            "cpus": os.cpu_count()}
+            **found, "cpus": os.cpu_count()}
 
 
 async def _steady(http: aiohttp.ClientSession, rate: float, seconds: float, sample: int

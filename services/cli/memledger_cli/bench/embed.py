@@ -1,0 +1,141 @@
+"""``memledger bench embed``: texts/s through the enricher's path beside the bare model.
+
+The path is ``Enricher.handle`` on fetched batches of ``memory.asserted`` events (the
+enricher's batch size): decoding, planning (extraction rules, entity mentions), the embedding
+call, building the commands, serialising them as intake would receive them, and settling the
+messages. Only the bus is faked (messages and an intake that answers at once), so what is
+measured is the enricher's own work. The raw engine is ``LocalMiniLmEmbedder.embed_documents``
+on the same batches of the same texts; the two alternate batch by batch, so load from other
+processes falls on both alike. CPU time (all threads of this process) is reported beside wall
+time, being steadier on a shared machine.
+"""
+
+import argparse
+import functools
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, cast
+
+import orjson
+
+from memledger_cli.bench import corpus
+from memledger_cli.bench.common import Scenario, Steps, measured
+from memledger_enricher.embedding import LocalMiniLmEmbedder
+from memledger_enricher.intake_client import IntakeClient
+from memledger_enricher.service import Enricher
+from memledger_platform.settings import Settings
+from memledger_schemas.commands import CommandBase
+from memledger_schemas.subjects import Subjects
+
+SPACE = "bench"
+_TAILS = (".", ". I prefer short status updates in the morning.",
+          ". Remind me to check the dashboards on Monday.", ". Ada from the SRE team confirmed it.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--texts", type=int, default=2_000)
+
+
+def texts(count: int) -> list[str]:
+    """Distinct memory contents; some carry a preference, a reminder or a name, so the
+    extraction rules and entity mentions have work to do as they would in real use."""
+    bases = corpus.base_sentences(count)
+    return [f"{base}{_TAILS[i % len(_TAILS)]}" for i, base in enumerate(bases)]
+
+
+class _Message:
+    """What ``Enricher.handle`` uses of a fetched JetStream message."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.subject = f"memledger.evt.default.{SPACE}.memory.asserted"
+        self.settled = False
+
+    async def ack(self) -> None:
+        self.settled = True
+
+    async def nak(self, delay: float | None = None) -> None:
+        raise RuntimeError("the enricher gave a batch back")
+
+
+class _Intake:
+    """Answers every command at once, after serialising it as the real client does."""
+
+    def __init__(self) -> None:
+        self.commands = 0
+
+    async def send(self, tenant: str, commands: list[CommandBase]) -> list[dict[str, Any]]:
+        self.commands += len(commands)
+        for command in commands:
+            command.model_dump_json(exclude_none=True).encode()
+        return [{"position": self.commands} for _ in commands]
+
+
+def _event(text: str, n: int) -> bytes:
+    item = str(uuid.UUID(int=n + 1))
+    return orjson.dumps({
+        "event_id": str(uuid.uuid4()), "event_type": "memory.asserted", "schema_version": 1,
+        "stream_id": item, "stream_version": 1, "tenant_id": "default", "space_id": SPACE,
+        "actor": "http", "position": n + 2, "correlation_id": None,
+        "payload": {"item_id": item, "kind": "fact", "content": text, "tags": [],
+                    "importance": 0.5, "confidence": 1.0}})
+
+
+async def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    with Steps(total=2) as steps:
+        steps.step("loading the local model")
+        model = LocalMiniLmEmbedder()
+        intake, batch = _Intake(), Settings().enricher_batch
+        enricher = Enricher(cast(Any, None), Subjects(), model, cast(IntakeClient, intake),
+                            batch=batch)
+        docs = texts(args.texts)
+        batches = [docs[i:i + batch] for i in range(0, len(docs), batch)]
+        steps.step(f"{len(docs)} texts in batches of {batch}: enricher path and bare model")
+        await enricher.handle(cast(Any, _messages(batches[0], 0)))  # warm-up: first runs allocate
+        path = raw = (0.0, 0.0)
+        for n, chunk in enumerate(batches):
+            raw = _add(raw, _timed(functools.partial(model.embed_documents, chunk)))
+            msgs = _messages(chunk, n * batch)
+            started = _clocks()
+            await enricher.handle(cast(Any, msgs))
+            path = _add(path, _since(started))
+            if not all(m.settled for m in msgs):
+                raise RuntimeError("the enricher left messages unsettled")
+    return {"scenario": "embed", "texts": len(docs), "batch": batch,
+            "texts_per_s": round(len(docs) / path[0], 1),
+            "raw_model_texts_per_s": round(len(docs) / raw[0], 1),
+            "ratio": round(raw[0] / path[0], 3),
+            "cpu_ms_per_text": round(path[1] * 1000 / len(docs), 3),
+            "raw_cpu_ms_per_text": round(raw[1] * 1000 / len(docs), 3),
+            "ratio_cpu": round(raw[1] / path[1], 3), "commands": intake.commands,
+            "model": model.model_id, "cpus": os.cpu_count(),
+            "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+def _messages(chunk: list[str], first: int) -> list[_Message]:
+    return [_Message(_event(text, first + i)) for i, text in enumerate(chunk)]
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(started: tuple[float, float]) -> tuple[float, float]:
+    now = _clocks()
+    return now[0] - started[0], now[1] - started[1]
+
+
+def _timed(work: Callable[[], object]) -> tuple[float, float]:
+    started = _clocks()
+    work()
+    return _since(started)
+
+
+def _add(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+SCENARIO = Scenario("embed", "texts/s through the enricher (planning, embedding, commands) "
+                    "beside the bare local model", add_arguments, measured(_measure))

@@ -1,0 +1,191 @@
+"""``memledger bench search``: ``POST /v1/search`` latency and HNSW recall at 100k memories,
+beside the same dense searches straight on a Qdrant Edge index holding the same points.
+
+How the server is loaded (fast, and every write through the public API):
+
+- each item is asserted through ``/v1/batch`` and its vector recorded in the same batch with
+  ``record_embedding``, the very command the enricher would send (same idempotency key, via
+  ``plan.commands_for``), so the server's path from there on is the real one: the
+  ``memory.embedded`` event, the vector projector, Qdrant Edge, its HNSW build;
+- the vectors are not the model's embedding of each item (100k texts at the model's few
+  hundred texts/s would take minutes): ~2,000 distinct base sentences are embedded by the
+  local MiniLM model, and each item's vector is its base vector plus gaussian noise,
+  renormalised (``"vectors": "minilm+noise"`` in the result);
+- the enricher's JetStream consumer is paused for the run (it would only embed the same texts
+  again to record duplicates); ``bench embed`` measures the enricher;
+- search is measured once the vector index has reached the last write and the server has gone
+  quiet (projection and the HNSW build done, see ``settle``).
+
+Queries are distinct texts (the server caches query embeddings), embedded by the server on
+each request as a client's would be. Recall: the top 10 of Edge's HNSW asked for 10
+(``ann_recall_at_10``) and of the API with dense-only weights, which fetches 40 candidates and
+ranks them (``search_recall_at_10``), against the exact top 10 by brute force (every point is
+inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (40 hits with
+payload and vector) on the raw index; ``search_raw`` times the other parts of a search too.
+``search_server_cpu_ms`` is the CPU of every server process per search, steadier than wall
+time on a shared machine. The default 100k run takes several minutes (loading, then an HNSW
+build in the server and another in the raw index).
+"""
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from memledger_cli.bench import corpus
+from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
+from memledger_cli.bench.load import post
+from memledger_cli.bench.search_raw import SPACE, TENANT, WARMUP, raw_phase
+from memledger_cli.bench.settle import (
+    pause_enricher,
+    server_cpu_seconds,
+    wait_indexed,
+    wait_quiet,
+)
+from memledger_enricher.embedding import LocalMiniLmEmbedder
+from memledger_enricher.plan import Source, commands_for
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--bases", type=int, default=2_000, help="distinct base sentences")
+    parser.add_argument("--noise", type=float, default=0.03,
+                        help="gaussian noise per vector component (0.03: cosine ~0.86 to base)")
+    parser.add_argument("--clients", type=int, default=2, help="concurrent batch writers")
+
+
+class Corpus:
+    """The items' texts and vectors, and the queries' texts and vectors (same model)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        model = LocalMiniLmEmbedder()
+        self.bases = corpus.base_sentences(args.bases)
+        base = np.asarray(model.embed_documents(self.bases), dtype=np.float32)
+        # Six decimals: what is sent is exactly what the raw index and the ground truth hold.
+        self.vectors = np.round(corpus.noisy(base, args.items, args.noise).astype(np.float64), 6)
+        self.queries = corpus.query_texts(args.queries + WARMUP)
+        self.query_vectors = np.asarray(model.embed_documents(self.queries), dtype=np.float32)
+        self.ids = [str(uuid.UUID(int=i + 1)) for i in range(args.items)]
+        self.model = model.model_id
+        self.embedder = model
+
+    def text(self, i: int) -> str:
+        return corpus.item_text(i, self.bases[i % len(self.bases)])
+
+    def commands(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Items ``start..stop``: their assertions, then their embeddings."""
+        asserts = [{"command": "assert_memory", "space_id": SPACE, "item_id": self.ids[i],
+                    "kind": "fact", "content": self.text(i),
+                    "idempotency_key": f"bench/{self.ids[i]}"} for i in range(start, stop)]
+        return asserts + [self._embedding(i) for i in range(start, stop)]
+
+    def _embedding(self, i: int) -> dict[str, Any]:
+        source = Source(TENANT, SPACE, uuid.UUID(self.ids[i]), 1, self.text(i), self.ids[i])
+        found = [c for c in commands_for(source, self.vectors[i].tolist(), self.model)
+                 if c.model_fields["command"].default == "record_embedding"]
+        return found[0].model_dump(mode="json", exclude_none=True)
+
+
+async def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    with Steps(total=7) as steps:
+        steps.step("embedding base sentences and queries with the local model")
+        data = Corpus(args)
+        exact = corpus.exact_top_k(data.vectors.astype(np.float32),
+                                   data.query_vectors[WARMUP:], 10)
+        with private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
+            await pause_enricher(server.nats_url)
+            async with aiohttp.ClientSession(server.url) as http:
+                result = await _server_phases(http, data, exact, args, steps)
+        steps.step(f"raw Qdrant Edge: {args.items} points, HNSW, the same dense searches")
+        result.update(raw_phase(data, exact))
+    return {"scenario": "search", "items": args.items, "queries": args.queries,
+            "vectors": "minilm+noise", "noise_sigma": args.noise, "bases": args.bases,
+            "enricher": "paused", **result, "cpus": os.cpu_count(),
+            "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[list[int]],
+                         args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
+    await post(http, "/v1/spaces", {"space_id": SPACE})
+    steps.step(f"loading {args.items} items and their vectors through /v1/batch")
+    started = time.monotonic()
+    last, timeouts = await _load(http, data, args.clients)
+    load_s = time.monotonic() - started
+    steps.step("waiting for the vector index, then for the server to go quiet")
+    indexed_s = await wait_indexed(http, last)
+    quiet_s = await wait_quiet()
+    steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
+    cpu = server_cpu_seconds()
+    latencies = [await _timed_search(http, q) for q in data.queries]
+    cpu_ms = _per_query_ms(cpu, server_cpu_seconds(), len(latencies))
+    steps.step("recall through the API (dense only)")
+    found = [await _dense_top(http, q) for q in data.queries[WARMUP:]]
+    measured_ms = latencies[WARMUP:]
+    return {"search_p50_ms": round(percentile(measured_ms, 50), 2),
+            "search_p99_ms": round(percentile(measured_ms, 99), 2),
+            "search_server_cpu_ms": cpu_ms,
+            "search_recall_at_10": round(corpus.recall(found, exact), 4),
+            "load_s": round(load_s, 1), "items_per_s_load": round(args.items / load_s, 1),
+            "load_batches_timed_out": timeouts,
+            "indexed_s_after_load": round(indexed_s, 1),
+            "settled_s_after_indexed": round(quiet_s, 1)}
+
+
+def _per_query_ms(before: float | None, after: float | None, count: int) -> float | None:
+    """CPU of the whole server (all its processes) per search: steadier than wall time when
+    other work shares the machine."""
+    if before is None or after is None:
+        return None
+    return round((after - before) * 1000 / count, 2)
+
+
+async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tuple[int, int]:
+    """Write every item in batches of 500 items + 500 embeddings; (the last position, how
+    many batches timed out and were sent again: every command has an idempotency key)."""
+    starts = iter(range(0, len(data.ids), 500))
+    last = timeouts = 0
+
+    async def client() -> None:
+        nonlocal last, timeouts
+        for start in starts:
+            body = {"commands": data.commands(start, min(start + 500, len(data.ids)))}
+            while (answer := await _batch(http, body)) is None:
+                timeouts += 1
+            last = max(last, answer["results"][-1]["position"])
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return last, timeouts
+
+
+async def _batch(http: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The batch's answer, or ``None`` when the server answered 504 (no answer in time)."""
+    try:
+        return await post(http, "/v1/batch", body)
+    except RuntimeError as error:
+        if "-> 504" in str(error):
+            return None
+        raise
+
+
+async def _timed_search(http: aiohttp.ClientSession, query: str) -> float:
+    started = time.perf_counter()
+    await post(http, "/v1/search", {"query": query, "spaces": [SPACE], "k": 10})
+    return (time.perf_counter() - started) * 1000
+
+
+async def _dense_top(http: aiohttp.ClientSession, query: str) -> list[int]:
+    answer = await post(http, "/v1/search", {
+        "query": query, "spaces": [SPACE], "k": 10, "threshold": 0,
+        "weights": {"dense": 1, "keyword": 0}})
+    return [int(uuid.UUID(hit["item_id"])) - 1 for hit in answer["results"]]
+
+
+SCENARIO = Scenario("search", "POST /v1/search latency and HNSW recall at 100k memories, "
+                    "beside the same searches on a raw Qdrant Edge index", add_arguments,
+                    measured(_measure))

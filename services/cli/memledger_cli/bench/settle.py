@@ -1,0 +1,113 @@
+"""Waiting for a private server to settle before measuring it: the vector index at a
+position, its background work (projection, HNSW building) done, the enricher paused.
+
+"Done" is read from the CPU time of this process' descendants (the server and its children,
+from ``/proc``), not from the machine's load: other work on the same machine must not keep a
+bench waiting, and must not make it measure too early either.
+"""
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+import nats
+
+from memledger_enricher.service import DURABLE as ENRICHER
+from memledger_schemas.subjects import Subjects
+
+_PROC = Path("/proc")
+
+
+def parse_stat(text: str) -> tuple[int, int, int]:
+    """(pid, parent pid, user + system clock ticks) from a ``/proc/<pid>/stat`` line (the
+    command name, in parentheses, may itself contain spaces and parentheses)."""
+    pid, rest = text.split(" (", 1)
+    fields = rest.rsplit(") ", 1)[1].split()
+    return int(pid), int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def descendants_ticks(root: int, stats: list[tuple[int, int, int]]) -> int:
+    """The CPU ticks of every descendant of ``root`` (not ``root`` itself)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for pid, parent, ticks in stats:
+        children.setdefault(parent, []).append((pid, ticks))
+    total, todo = 0, [root]
+    while todo:
+        for pid, ticks in children.get(todo.pop(), ()):
+            total += ticks
+            todo.append(pid)
+    return total
+
+
+def _stats() -> list[tuple[int, int, int]]:
+    found = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append(parse_stat((entry / "stat").read_text()))
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended while we looked
+    return found
+
+
+def server_cpu_seconds() -> float | None:
+    """CPU seconds used so far by this process' descendants; ``None`` without ``/proc``."""
+    if not _PROC.is_dir():
+        return None
+    return descendants_ticks(os.getpid(), _stats()) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_quiet(cores: float = 0.15, window: float = 2.0, limit: float = 900.0) -> float:
+    """Seconds until the server used under ``cores`` CPUs over a ``window``; a server that
+    stays busy for ``limit`` seconds is an error (without ``/proc``: waits one window)."""
+    start = time.monotonic()
+    before = server_cpu_seconds()
+    while time.monotonic() - start < limit:
+        await asyncio.sleep(window)
+        after = server_cpu_seconds()
+        if before is None or after is None or (after - before) / window < cores:
+            return time.monotonic() - start
+        before = after
+    raise RuntimeError(f"the server stayed busy for {limit:.0f}s")
+
+
+async def pause_enricher(nats_url: str, seconds: float = 24 * 3600,
+                         limit: float = 60.0) -> str:
+    """Pause the enricher's JetStream consumer (it delivers nothing until resumed or
+    ``seconds`` pass), once the enricher has created it; its name."""
+    stream = Subjects().events_stream
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jsm()
+        until = (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            # Named "enricher" or "enricher-<model>", depending on the version.
+            names = [c.name for c in await js.consumers_info(stream)
+                     if c.name == ENRICHER or c.name.startswith(f"{ENRICHER}-")]
+            if names:
+                await js.pause_consumer(stream, names[0], until)
+                return names[0]
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    raise RuntimeError(f"the enricher created no consumer in {limit:.0f}s")
+
+
+async def wait_indexed(http: aiohttp.ClientSession, position: int, limit: float = 900.0
+                       ) -> float:
+    """Seconds until the vector index reached ``position`` (a search with min_position)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        async with http.post("/v1/search", json={
+                "query": "settled?", "min_position": position, "wait_ms": 20_000,
+                "k": 1}) as response:
+            await response.read()
+            if response.status == 200:
+                return time.monotonic() - start
+            if response.status not in (503, 504):  # not yet; or the request timed out
+                raise RuntimeError(f"search -> {response.status}")
+    raise RuntimeError(f"the vector index did not reach position {position} in {limit:.0f}s")

@@ -1,0 +1,62 @@
+"""Reading the log ahead of a fold: a thread fetches the next batch while the caller folds
+this one (the store's query and the transfer then cost the fold no time)."""
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from queue import Full, Queue
+
+from memledger_platform.eventstore import EventStore, RecordedEvent
+
+
+class ReadFailed(Exception):
+    """Reading the store failed: ``error`` is the store's own error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+@contextmanager
+def read_ahead(event_store: EventStore, until: int, size: int
+               ) -> Iterator[Iterator[list[RecordedEvent]]]:
+    """The log up to ``until`` in batches of ``size``, read by a thread a batch ahead of the
+    caller (the store works on the next batch while the caller folds this one). A failed read
+    raises ``ReadFailed``."""
+    queue: Queue[list[RecordedEvent] | BaseException | None] = Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: list[RecordedEvent] | BaseException | None) -> None:
+        while not stop.is_set():
+            try:
+                queue.put(item, timeout=0.1)
+                return
+            except Full:
+                continue
+
+    def read() -> None:
+        after = 0
+        try:
+            while after < until and not stop.is_set():
+                batch = [e for e in event_store.read_all(after, size) if e.position <= until]
+                if not batch:
+                    break
+                put(batch)
+                after = batch[-1].position
+        except BaseException as error:  # handed to the caller, who raises it
+            put(error)
+        put(None)
+
+    def batches() -> Iterator[list[RecordedEvent]]:
+        while (item := queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise ReadFailed(item)
+            yield item
+
+    reader = threading.Thread(target=read, name="rebuild-read-ahead", daemon=True)
+    reader.start()
+    try:
+        yield batches()
+    finally:
+        stop.set()
+        reader.join()

@@ -1,0 +1,218 @@
+"""A memledger deployment whose every process the test owns, so each can be killed and restarted:
+PostgreSQL and nats-server from the project's engine classes, and the five services in the
+distributed mode (ingest, relay, projector, enricher, query), each a process of its own.
+
+The services are kept running by a supervisor thread that does what ``memledger up`` does for
+its children (``memledger_cli.embedded.supervise``): a service that dies is started again after a
+pause of one second. The engines are restarted by the test itself (``kill_engine``), from the
+thread that started them, which their parent-death signal is tied to.
+"""
+
+import base64
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from memledger_platform.engines import (
+    EmbeddedNats,
+    EmbeddedPostgres,
+    EngineStartError,
+    free_port,
+    parent_death_preexec,
+)
+
+SERVICES = ("ingest", "relay", "projector", "enricher", "query")
+Engine = Literal["postgres", "nats"]
+RESTART_PAUSE_SECONDS = 1.0
+"""As ``memledger up``'s supervisor waits before starting a dead child again."""
+
+
+@dataclass
+class Service:
+    name: str
+    env: dict[str, str]
+    log: Path
+    proc: "subprocess.Popen[bytes] | None" = None
+    died_at: float | None = None
+    starts: int = 0
+    exits: list[int] = field(default_factory=list)
+    """Exit codes seen by the supervisor (-9: killed by a test)."""
+
+
+class Cluster:
+    """The deployment under ``home``. ``start`` it, use ``ingest_url`` and ``query_url``,
+    inject faults with ``kill``, ``kill_engine`` and ``pause_engine``, and ``close`` it."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.postgres = EmbeddedPostgres(home / "postgres", port=free_port())
+        self.nats = EmbeddedNats(home, port=free_port())
+        self.ports = {"ingest": free_port(), "query": free_port()}
+        self.ingest_url = f"http://127.0.0.1:{self.ports['ingest']}"
+        self.query_url = f"http://127.0.0.1:{self.ports['query']}"
+        self.master_key = base64.b64encode(secrets.token_bytes(32)).decode()
+        self.dsn = ""
+        self.nats_url = ""
+        self.services: dict[str, Service] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engines (here) and the services (by the supervisor); wait until both
+        HTTP services answer."""
+        self.dsn = self.postgres.start().dsn
+        self.nats_url = self.nats.start()
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        self.services = {name: Service(name, self.env(name), self.home / "logs" / f"{name}.log")
+                         for name in SERVICES}
+        self._supervisor = threading.Thread(target=self._supervise, name="faults-supervisor",
+                                            daemon=True)
+        self._supervisor.start()
+        self.wait_healthy()
+
+    def env(self, service: str = "") -> dict[str, str]:
+        """The environment of a service (or, without a name, of an operator command)."""
+        env = {**os.environ, "MEMLEDGER_MODE": "distributed", "MEMLEDGER_POSTGRES_DSN": self.dsn,
+               "MEMLEDGER_NATS_URL": self.nats_url, "MEMLEDGER_HOME": str(self.home),
+               "MEMLEDGER_AUTH": "off", "MEMLEDGER_DEFAULT_TENANT": "default",
+               "MEMLEDGER_EMBEDDER": "hashing", "MEMLEDGER_MASTER_KEY": self.master_key,
+               "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning"}
+        if service in self.ports:
+            env["MEMLEDGER_HTTP_PORT"] = str(self.ports[service])
+            env["MEMLEDGER_GRPC_PORT"] = str(free_port())
+        return env
+
+    def wait_healthy(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        for url in (f"{self.ingest_url}/health", f"{self.query_url}/v1/query/health"):
+            while not _answers(url):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{url} did not answer in {timeout:.0f}s\n{self.logs()}")
+                time.sleep(0.2)
+
+    def stop_services(self) -> None:
+        """SIGTERM every service (a graceful stop) and stop supervising them."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=120)
+            self._supervisor = None
+
+    def close(self) -> None:
+        self.stop_services()
+        self.nats.stop()
+        self.postgres.stop()
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def kill(self, service: str) -> None:
+        """kill -9 a service; the supervisor starts it again."""
+        deadline = time.monotonic() + 120
+        while (proc := self._running(service)) is None:
+            assert time.monotonic() < deadline, f"{service} is not running\n{self.logs()}"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+
+    def _running(self, service: str) -> "subprocess.Popen[bytes] | None":
+        with self._lock:
+            proc = self.services[service].proc
+        return proc if proc is not None and proc.poll() is None else None
+
+    def kill_engine(self, engine: Engine) -> None:
+        """kill -9 an engine, then start it again on the same port and data (PostgreSQL may
+        refuse for a moment, while the backends the killed postmaster left finish exiting)."""
+        server = self.postgres if engine == "postgres" else self.nats
+        pid = server.pid
+        assert pid is not None, f"{engine} is not running"
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(RESTART_PAUSE_SECONDS)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                server.start()
+                return
+            except EngineStartError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    @contextmanager
+    def paused(self, engine: Engine) -> Iterator[None]:
+        """SIGSTOP an engine for the duration of the block, then SIGCONT it."""
+        pid = (self.postgres if engine == "postgres" else self.nats).pid
+        assert pid is not None, f"{engine} is not running"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def logs(self, lines: int = 15) -> str:
+        """The tail of every service's log, for a failure message."""
+        parts = []
+        for service in self.services.values():
+            text = service.log.read_text(errors="replace") if service.log.exists() else ""
+            tail = "\n".join(text.splitlines()[-lines:])
+            parts.append(f"--- {service.name} (exits {service.exits}) ---\n{tail}")
+        return "\n".join(parts)
+
+    # --- the supervisor thread ---------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        """Keep every service running until ``stop_services``; the processes are spawned from
+        this thread, so they get SIGTERM if it (or the test process) dies."""
+        while not self._stopping.is_set():
+            for service in self.services.values():
+                self._tend(service)
+            self._stopping.wait(0.1)
+        for service in self.services.values():
+            _terminate(service.proc)
+
+    def _tend(self, service: Service) -> None:
+        proc = service.proc
+        if proc is not None and proc.poll() is None:
+            return
+        now = time.monotonic()
+        if proc is not None and service.died_at is None:
+            service.died_at = now
+            service.exits.append(proc.returncode)
+        if service.died_at is not None and now - service.died_at < RESTART_PAUSE_SECONDS:
+            return
+        with service.log.open("ab") as log, self._lock:
+            service.proc = subprocess.Popen(
+                [sys.executable, "-m", "memledger_cli", service.name], env=service.env,
+                stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
+        service.died_at = None
+        service.starts += 1
+
+
+def _terminate(proc: "subprocess.Popen[bytes] | None") -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

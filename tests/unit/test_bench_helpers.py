@@ -1,0 +1,81 @@
+"""The pure helpers of the search and retrieval benches: synthetic corpus, exact neighbours and
+recall, the server's CPU from /proc lines, and SituatedQA answer timelines."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memledger_cli.bench import corpus, settle
+from memledger_cli.bench import situatedqa as sqa
+
+
+def test_base_sentences_and_queries_are_distinct_and_repeatable() -> None:
+    bases = corpus.base_sentences(2_000)
+    queries = corpus.query_texts(500)
+    assert len(set(bases)) == 2_000
+    assert bases == corpus.base_sentences(2_000)
+    assert len(set(queries)) == 500
+    assert not set(queries) & set(bases)
+
+
+def test_noisy_vectors_are_unit_length_and_stay_near_their_base() -> None:
+    base = np.eye(4, dtype=np.float32)
+    vectors = corpus.noisy(base, 8, sigma=0.05)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert all(vectors[i] @ base[i % 4] > 0.9 for i in range(8))
+
+
+def test_exact_top_k_orders_by_cosine_and_recall_counts_the_overlap() -> None:
+    points = np.array([[1, 0], [0.8, 0.6], [0, 1], [-1, 0]], dtype=np.float32)
+    queries = np.array([[1, 0], [0, 1]], dtype=np.float32)
+    exact = corpus.exact_top_k(points, queries, 2)
+    assert exact == [[0, 1], [2, 1]]
+    assert corpus.recall([[0, 3], [1, 2]], exact) == 0.75
+
+
+def test_a_stat_line_with_spaces_and_parentheses_in_the_name_parses() -> None:
+    line = "4242 (python (x) y) S 17 4242 4242 0 -1 4194304 1 0 0 0 150 25 0 0 20 0 3 0"
+    assert settle.parse_stat(line) == (4242, 17, 175)
+
+
+def test_descendants_ticks_sums_the_whole_subtree_but_not_the_root_or_strangers() -> None:
+    stats = [(1, 0, 1_000), (10, 1, 5), (11, 10, 7), (12, 11, 3), (20, 1, 100), (13, 10, 2)]
+    assert settle.descendants_ticks(10, stats) == 7 + 3 + 2
+
+
+def row(day: str, *answers: str, start: bool = False) -> sqa.Row:
+    at = sqa.parse_date(day)
+    assert at is not None
+    return sqa.Row("q", "who leads?", at, frozenset(map(sqa.normalise, answers)), start,
+                   answers[0])
+
+
+def test_an_answer_holds_from_its_first_date_until_the_next_answer_is_given() -> None:
+    rows = [row("2019", "Bob"), row("2010", "Ann"), row("2015", "ann "),
+            row("May 01, 2018", "Bob", start=True)]
+    segments = sqa.timeline(rows)
+    assert [(s.shown, s.valid_from.year, s.valid_to) for s in segments] == [
+        ("Ann", 2010, datetime(2018, 5, 1, tzinfo=UTC)), ("Bob", 2018, None)]
+    assert sqa.latest(rows).answers == {"bob"}
+
+
+def test_two_answers_for_one_instant_keep_the_start_row_and_an_answer_may_come_back() -> None:
+    rows = [row("2010", "Ann"), row("2012", "Ann"), row("2012", "Bob", start=True),
+            row("2016", "Ann", start=True)]
+    assert [(s.shown, s.valid_from.year) for s in sqa.timeline(rows)] == [
+        ("Ann", 2010), ("Bob", 2012), ("Ann", 2016)]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2019", datetime(2019, 1, 1, tzinfo=UTC)),
+    ("December 13, 1999", datetime(1999, 12, 13, tzinfo=UTC)),
+    ("sometime", None)])
+def test_dates_are_years_or_full_dates(text: str, expected: datetime | None) -> None:
+    assert sqa.parse_date(text) == expected
+
+
+def test_a_missing_data_directory_names_the_option_and_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--data DIR or set MEMLEDGER_BENCH_SITUATEDQA"):
+        sqa.data_dir(str(tmp_path))
