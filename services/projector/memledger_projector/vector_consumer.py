@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 
 from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
+from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
@@ -42,7 +43,8 @@ MAX_RETRY_SECONDS = 10.0
 class VectorProjector:
     def __init__(self, subjects: Subjects, index: VectorIndex, model: str, *,
                  batch: int = 256, durable: str = DURABLE, opener: Opener | None = None,
-                 on_erased: Callable[[str, str, int, int], None] | None = None) -> None:
+                 on_erased: Callable[[str, str, int, int], None] | None = None,
+                 positions: ConsumerPositions | None = None) -> None:
         self._js: JetStreamContext | None = None
         self._subjects = subjects
         self._index = index
@@ -50,6 +52,8 @@ class VectorProjector:
         self._batch = batch
         self._open = opener or Opener(None)
         self._on_erased = on_erased
+        self._positions = positions
+        self._next_seq = 0
         """Called with (tenant, subject, position, points removed) for an erasure receipt."""
         self._durable = durable
         self._advanced = asyncio.Condition()
@@ -72,18 +76,25 @@ class VectorProjector:
         return True
 
     async def run(self, js: JetStreamContext, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set."""
+        """Consume until ``stop`` is set, in stream order from where the index got to.
+
+        With ``positions`` the consumer is recreated at every start right after the last
+        batch written: a killed process leaves its batch pending on the old consumer, which
+        would redeliver it after later messages, and applying an item's older event after its
+        newer ones would roll the newer back. A batch that skips messages resubscribes."""
         self._js = js
-        if await asyncio.to_thread(self._index.count) == 0:
-            # An empty index (new, or its files were removed) must be filled from the start
-            # of the log, whatever an earlier consumer of that name had acknowledged.
-            await _forget_consumer(js, self._subjects.events_stream, self._durable)
-        sub = await js.pull_subscribe(
-            self._subjects.all_events, durable=self._durable,
-            stream=self._subjects.events_stream,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
-                                  deliver_policy=DeliverPolicy.ALL,
-                                  max_ack_pending=self._batch * 2))
+        while not stop.is_set():
+            sub = await self._subscribe(js)
+            try:
+                await self._consume(sub, stop)
+            except _OutOfOrder as gap:
+                log.warning("vector projector resubscribing: %s", gap)
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _consume(self, sub: JetStreamContext.PullSubscription, stop: asyncio.Event
+                       ) -> None:
         while not stop.is_set():
             msgs = await fetch_ready(sub, self._batch, wait=0.5)
             if msgs:
@@ -93,10 +104,31 @@ class VectorProjector:
                 self._unoptimized = 0
                 await asyncio.to_thread(self._index.optimize)
 
+    async def _subscribe(self, js: JetStreamContext) -> JetStreamContext.PullSubscription:
+        empty = await asyncio.to_thread(self._index.count) == 0
+        last = 0
+        if self._positions is not None and not empty:
+            last = await asyncio.to_thread(self._positions.load, self._durable)
+        if empty or self._positions is not None:
+            # An empty index (new, or its files were removed) is filled from the start of
+            # the log, whatever an earlier consumer of that name had acknowledged.
+            await _forget_consumer(js, self._subjects.events_stream, self._durable)
+        self._next_seq = last + 1 if last else 0
+        start = ({"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
+                 if last else {"deliver_policy": DeliverPolicy.ALL})
+        return await js.pull_subscribe(
+            self._subjects.all_events, durable=self._durable,
+            stream=self._subjects.events_stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
+                                  max_ack_pending=self._batch * 2, **start))
+
     async def handle(self, msgs: list[Msg]) -> None:
         """Fold a fetched batch into the index and settle every message of it. An erasure
         splits the batch: what came before it is written, then the subject's points go, so
         what the subject wrote after its erasure survives."""
+        first = msgs[0].metadata.sequence.stream
+        if self._next_seq and first > self._next_seq:
+            raise _OutOfOrder(f"stream sequence {first} follows {self._next_seq - 1}")
         with telemetry.consuming(_tracer, "vectors", msgs):
             await self._handle_batch(msgs)
 
@@ -108,6 +140,10 @@ class VectorProjector:
             else:
                 await self._fold_one(msg)
         await self._write_pending(msgs)
+        last = msgs[-1].metadata.sequence.stream
+        if self._positions is not None:
+            await asyncio.to_thread(self._positions.save, self._durable, last)
+        self._next_seq = max(self._next_seq, last + 1)
         await asyncio.gather(*(m.ack() for m in msgs))
         async with self._advanced:
             self._advanced.notify_all()
@@ -165,6 +201,10 @@ class VectorProjector:
         telemetry.DEAD_LETTERS.add(1, {"source": "vectors"})
         with logs.bound_event(msg.headers, msg.data, tenant=tenant):
             log.error("vector projector dead-lettered %s: %s", msg.subject, reason)
+
+
+class _OutOfOrder(Exception):
+    """A batch skipped messages (redelivered out of order): resubscribe."""
 
 
 async def _forget_consumer(js: JetStreamContext, stream: str, durable: str) -> None:

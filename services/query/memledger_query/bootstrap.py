@@ -18,6 +18,7 @@ from memledger_enricher import embedders
 from memledger_enricher.embedding import Embedder
 from memledger_platform import bus, grpc_server, http_server, receipts, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
+from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for
@@ -93,7 +94,8 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     vectors = VectorProjector(settings.subjects, index, embedder.model_id,
                               batch=settings.vector_batch,
                               durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
-                              opener=Opener(keyring), on_erased=erased)
+                              opener=Opener(keyring), on_erased=erased,
+                              positions=ConsumerPositions(pool, names.base))
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
