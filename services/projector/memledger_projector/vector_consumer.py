@@ -10,6 +10,7 @@ An event the fold cannot read goes to ``<prefix>.dlq.vectors.<tenant>`` with the
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 import orjson
@@ -37,6 +38,8 @@ _tracer = telemetry.tracer(__name__)
 
 DURABLE = "projector-vectors"
 ACK_WAIT_SECONDS = 30.0
+FLUSH_SECONDS = 5.0
+OPTIMIZE_AFTER_POINTS = 1_000
 MAX_RETRY_SECONDS = 10.0
 
 
@@ -54,6 +57,9 @@ class VectorProjector:
         self._on_erased = on_erased
         self._positions = positions
         self._next_seq = 0
+        self._written_seq = 0
+        self._durable_seq = 0
+        self._flushed_at = time.monotonic()
         """Called with (tenant, subject, position, points removed) for an erasure receipt."""
         self._durable = durable
         self._advanced = asyncio.Condition()
@@ -99,10 +105,30 @@ class VectorProjector:
             msgs = await fetch_ready(sub, self._batch, wait=0.5)
             if msgs:
                 await self.handle(msgs)
-            elif self._unoptimized:
-                # Caught up: build the HNSW graph for what arrived, off the hot path.
+                if time.monotonic() - self._flushed_at > FLUSH_SECONDS:
+                    await self._flush()
+                continue
+            await self._flush()
+            if self._unoptimized >= OPTIMIZE_AFTER_POINTS:
+                # Caught up: build the HNSW graph for what arrived. Small additions are
+                # searched exactly until enough accumulate (Edge's optimize holds the GIL).
                 self._unoptimized = 0
                 await asyncio.to_thread(self._index.optimize)
+        await self._flush()  # stopping: what was written is kept
+
+    async def _flush(self) -> None:
+        """Make the index durable up to the last batch written, then record that position:
+        a restart resumes from the last durable batch, so writes not yet flushed when the
+        process died are derived again (in order, idempotently). Flushing is coalesced (every
+        few seconds, or when idle) because the engine's flush stalls the whole process."""
+        self._flushed_at = time.monotonic()
+        if self._written_seq <= self._durable_seq:
+            return
+        seq = self._written_seq
+        await asyncio.to_thread(self._index.flush)
+        if self._positions is not None:
+            await asyncio.to_thread(self._positions.save, self._durable, seq)
+        self._durable_seq = seq
 
     async def _subscribe(self, js: JetStreamContext) -> JetStreamContext.PullSubscription:
         empty = await asyncio.to_thread(self._index.count) == 0
@@ -141,8 +167,7 @@ class VectorProjector:
                 await self._fold_one(msg)
         await self._write_pending(msgs)
         last = msgs[-1].metadata.sequence.stream
-        if self._positions is not None:
-            await asyncio.to_thread(self._positions.save, self._durable, last)
+        self._written_seq = max(self._written_seq, last)
         self._next_seq = max(self._next_seq, last + 1)
         await asyncio.gather(*(m.ack() for m in msgs))
         async with self._advanced:
@@ -176,7 +201,6 @@ class VectorProjector:
     def _write(self, upserts: list, gone: list[str]) -> None:  # type: ignore[type-arg]
         self._index.upsert(upserts)
         self._index.delete(gone)
-        self._index.flush()  # before the ack: the engine keeps no log of its own
 
     async def _fold_one(self, msg: Msg) -> None:
         headers = msg.headers or {}

@@ -27,7 +27,7 @@ from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import Enricher
 from memledger_platform.settings import Settings
 from memledger_schemas.commands import CommandBase
-from memledger_schemas.subjects import Subjects
+from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects
 
 SPACE = "bench"
 _TAILS = (".", ". I prefer short status updates in the morning.",
@@ -48,9 +48,10 @@ def texts(count: int) -> list[str]:
 class _Message:
     """What ``Enricher.handle`` uses of a fetched JetStream message."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, position: int) -> None:
         self.data = data
         self.subject = f"memledger.evt.default.{SPACE}.memory.asserted"
+        self.headers = {HDR_EVENT_TYPE: "memory.asserted", HDR_POSITION: str(position)}
         self.settled = False
 
     async def ack(self) -> None:
@@ -115,7 +116,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _messages(chunk: list[str], first: int) -> list[_Message]:
-    return [_Message(_event(text, first + i)) for i, text in enumerate(chunk)]
+    return [_Message(_event(text, first + i), first + i + 2) for i, text in enumerate(chunk)]
 
 
 def _clocks() -> tuple[float, float]:
