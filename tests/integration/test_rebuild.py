@@ -173,9 +173,9 @@ async def test_an_item_whose_events_span_streams_is_folded_in_one_process_with_t
         live: schema.Names) -> None:
     names = live
     item = str(UUID(int=1_000))
-    event_store.append([_memory("memory.asserted", _stream(odd=True), {
+    event_store.append([_memory("memory.asserted", _stream(to_worker=True), {
         "item_id": item, "kind": "fact", "content": "asserted"})])
-    event_store.append([_memory("memory.revised", _stream(odd=False), {
+    event_store.append([_memory("memory.revised", _stream(to_worker=False), {
         "item_id": item, "content": "revised"})])
     rebuild.rebuild(conn, event_store, names, parallel=False)
 
@@ -190,7 +190,7 @@ async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_a
         conn: psycopg.Connection[Any], event_store: PostgresEventStore,
         live: schema.Names) -> None:
     names = live
-    bad = event_store.append([_memory("memory.asserted", _stream(odd=True), {})])
+    bad = event_store.append([_memory("memory.asserted", _stream(to_worker=True), {})])
 
     with pytest.raises(rebuild.RebuildStopped, match=f"{bad[0].position}"):
         rebuild.rebuild(conn, event_store, names, parallel=True)
@@ -198,9 +198,11 @@ async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_a
     assert schema.live_version(conn, names) == 1
 
 
-def _stream(*, odd: bool) -> UUID:
-    """A stream id the parallel rebuild routes to its fold worker (odd) or keeps (even)."""
-    return UUID(int=uuid7().int | 1 if odd else uuid7().int & ~1)
+def _stream(*, to_worker: bool) -> UUID:
+    """A stream id whose memory events a parallel rebuild routes to its fold worker, or not."""
+    while rebuild.routed_to_worker(stream := uuid7(), "memory.asserted") != to_worker:
+        pass
+    return stream
 
 
 def _memory(event_type: str, stream: UUID, payload: dict[str, Any]) -> EventEnvelope:

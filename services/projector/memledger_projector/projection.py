@@ -62,6 +62,8 @@ class Projection:
     position: int = 0
     recorded_at: datetime | None = None
     """When the event at ``position`` was recorded."""
+    keep_changes: bool = True
+    """Whether ``changes`` collects the change log (a rebuild writes it from the events)."""
 
     def apply(self, event: Event) -> None:
         """Fold one event (events must come in position order; older ones are ignored)."""
@@ -70,7 +72,8 @@ class Projection:
         handler = _HANDLERS.get(event.event_type)
         if handler is not None:
             handler(self, event)
-        self.changes.append(_change_row(event))
+        if self.keep_changes:
+            self.changes.append(_change_row(event))
         self.position, self.recorded_at = event.position, event.recorded_at
 
     def current(self, key: Key) -> list[Version]:
@@ -259,13 +262,22 @@ _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
 }
 
 
+_SUBJECTS = ("item_id", "session_id", "entity_id", "relation_id", "feedback_id", "agent_id")
+
+
+def subject_of(e: Event) -> str:
+    """What an event is about, for the change log: its first id, else its space."""
+    payload = e.payload
+    for k in _SUBJECTS:
+        if k in payload:
+            return str(payload[k])
+    return e.space_id
+
+
 def _change_row(e: Event) -> dict[str, Any]:
     """One row of the change log: what changed, where, when on both axes, who, and why."""
-    subject = next((str(e.payload[k]) for k in ("item_id", "session_id", "entity_id",
-                                                "relation_id", "feedback_id", "agent_id")
-                    if k in e.payload), e.space_id)
     return {"position": e.position, "tenant_id": e.tenant_id, "space_id": e.space_id,
-            "event_type": e.event_type, "event_id": e.event_id, "subject": subject,
+            "event_type": e.event_type, "event_id": e.event_id, "subject": subject_of(e),
             "actor": e.actor, "reason": e.payload.get("reason"), "recorded_at": e.recorded_at,
             "valid_from": e.valid_from, "valid_to": e.valid_to,
             "payload": {k: v for k, v in e.payload.items() if k != "vector"}}

@@ -16,6 +16,19 @@ from psycopg.types import json
 from psycopg.types.json import Jsonb
 
 from memledger_projector import schema, temporal
+from memledger_projector.copytext import (
+    CHANGE_COLUMNS,
+    ITEM_COLUMNS,
+    VERSION_COLUMNS,
+    attrs_json,
+    change_line_of,
+    copy_lines,
+    copy_rows,
+    item_line,
+    valid_range,
+    version_line,
+    version_lines,
+)
 from memledger_projector.projection import Event, Projection
 from memledger_projector.temporal import Version
 
@@ -54,14 +67,31 @@ def apply_batch(conn: Connection[Any], names: schema.Names, events: Sequence[Eve
 
 
 def write_fold(conn: Connection[Any], schema_name: str, projection: Projection) -> Checkpoint:
-    """Write a whole fold into an empty projection schema (a bulk load: every row is new),
-    with its checkpoint, inside the caller's transaction."""
-    _flush(conn, schema_name, projection)
-    last = projection.changes[-1] if projection.changes else None
-    after = Checkpoint(projection.position, 0, last["recorded_at"] if last else None)
+    """Write a whole fold into an empty projection schema, with its checkpoint, inside the
+    caller's transaction."""
+    write_rows(conn, schema_name, projection)
+    return write_checkpoint(conn, schema_name, projection.position, projection.recorded_at)
+
+
+def write_rows(conn: Connection[Any], schema_name: str, projection: Projection) -> None:
+    """Write a fold's rows into an empty projection schema, inside the caller's transaction.
+    A bulk load: every row is new, so each table is one COPY (the change log only if the
+    fold kept it)."""
+    s = schema_name
+    copy_lines(conn, s, "items", ITEM_COLUMNS, [item_line(r) for r in projection.items.values()])
+    for table in ("spaces", "agents", "sessions", "relations"):
+        copy_rows(conn, s, table, list(getattr(projection, table).values()))
+    _upsert(conn, s, "entities", _UPSERTS["entities"][1],  # aliases: a text[] column
+            list(projection.entities.values()))
+    copy_lines(conn, s, "item_versions", VERSION_COLUMNS, version_lines(projection.rows))
+    _write_logs(conn, s, projection)
+
+
+def write_checkpoint(conn: Connection[Any], schema_name: str, position: int,
+                     recorded_at: datetime | None) -> Checkpoint:
     conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, recorded_at = %s").format(
-        sql.Identifier(schema_name)), (after.position, after.recorded_at))
-    return after
+        sql.Identifier(schema_name)), (position, recorded_at))
+    return Checkpoint(position, 0, recorded_at)
 
 
 def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
@@ -159,10 +189,15 @@ def _flush(conn: Connection[Any], s: str, projection: Projection) -> None:
                 if dirty_kind == kind]
         _upsert(conn, s, table, key_columns, rows)
     _write_versions(conn, s, projection)
-    _copy(conn, s, "messages", projection.messages)
-    _copy(conn, s, "preferences", projection.preferences)
-    _copy_lines(conn, s, "changes", _CHANGE_COLUMNS, [_change_line(c)
-                                                     for c in projection.changes])
+    _write_logs(conn, s, projection)
+
+
+def _write_logs(conn: Connection[Any], s: str, projection: Projection) -> None:
+    """The append-only tables: every row in them is new."""
+    copy_rows(conn, s, "messages", projection.messages)
+    copy_rows(conn, s, "preferences", projection.preferences)
+    copy_lines(conn, s, "changes", CHANGE_COLUMNS, [change_line_of(c)
+                                                    for c in projection.changes])
 
 
 def _upsert(conn: Connection[Any], s: str, table: str, key: tuple[str, ...],
@@ -225,89 +260,17 @@ def _write_versions(conn: Connection[Any], s: str, projection: Projection) -> No
             if row.row_id is not None and row.sys_to is not None:
                 closes.append((row.sys_to, row.row_id))
             elif row.row_id is None:
-                inserts.append((key[0], key[1], _range(row.valid_from, row.valid_to),
-                                row.sys_from, row.sys_to, dict(row.attrs), dict(row.cause)))
+                inserts.append((key[0], key[1], valid_range(row.valid_from, row.valid_to),
+                                row.sys_from, row.sys_to, attrs_json(row.attrs),
+                                attrs_json(row.cause)))
     with conn.cursor() as cur:
         if closes:  # close first: the exclusion constraint holds for current rows only
             cur.execute(sql.SQL(
                 "UPDATE {}.item_versions v SET sys_to = c.sys_to FROM unnest(%s::bigint[], "
                 "%s::bigint[]) AS c(sys_to, row_id) WHERE v.row_id = c.row_id").format(
                 sql.Identifier(s)), ([c[0] for c in closes], [c[1] for c in closes]))
-    _copy_lines(conn, s, "item_versions", _VERSION_COLUMNS,
-                [_version_line(*values) for values in inserts])
-
-
-def _copy(conn: Connection[Any], s: str, table: str, rows: list[dict[str, Any]]) -> None:
-    if rows:
-        columns = tuple(rows[0])
-        _copy_rows(conn, s, table, columns, [tuple(r[c] for c in columns) for r in rows])
-
-
-def _copy_rows(conn: Connection[Any], s: str, table: str, columns: tuple[str, ...],
-               rows: Sequence[tuple[Any, ...]]) -> None:
-    """COPY ``rows`` in PostgreSQL's text format, written here rather than adapted value by
-    value by psycopg (which cost more than the rest of a rebuild's write)."""
-    _copy_lines(conn, s, table, columns,
-                [b"\t".join(map(_copy_value, row)) + b"\n" for row in rows])
-
-
-def _copy_lines(conn: Connection[Any], s: str, table: str, columns: tuple[str, ...],
-                lines: Sequence[bytes]) -> None:
-    if not lines:
-        return
-    query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
-    with conn.cursor() as cur, cur.copy(query) as copy:
-        for start in range(0, len(lines), _COPY_CHUNK):
-            copy.write(b"".join(lines[start:start + _COPY_CHUNK]))
-
-
-# The two big tables get line builders of their own (bytes formatting, escaping only where
-# text is free: ids, slugs, positions and ISO times never hold a tab or a backslash).
-_VERSION_COLUMNS = ("tenant_id", "item_id", "valid", "sys_from", "sys_to", "attrs", "cause")
-_CHANGE_COLUMNS = ("position", "tenant_id", "space_id", "event_type", "event_id", "subject",
-                   "actor", "reason", "recorded_at", "valid_from", "valid_to", "payload")
-
-
-def _version_line(tenant: str, item: str, valid: str, sys_from: int, sys_to: int | None,
-                  attrs: dict[str, Any], cause: dict[str, Any]) -> bytes:
-    return b"%s\t%s\t%s\t%d\t%s\t%s\t%s\n" % (
-        tenant.encode(), item.encode(), valid.encode(), sys_from,
-        b"\\N" if sys_to is None else b"%d" % sys_to, _json(attrs), _json(cause))
-
-
-def _change_line(c: dict[str, Any]) -> bytes:
-    return b"%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" % (
-        c["position"], c["tenant_id"].encode(), c["space_id"].encode(),
-        c["event_type"].encode(), c["event_id"].encode(), _copy_value(c["subject"]),
-        _copy_value(c["actor"]), _copy_value(c["reason"]), c["recorded_at"].isoformat().encode(),
-        _copy_value(c["valid_from"]), _copy_value(c["valid_to"]), _json(c["payload"]))
-
-
-def _json(value: Any) -> bytes:
-    return orjson.dumps(value).replace(b"\\", b"\\\\")
-
-
-_COPY_CHUNK = 2_000
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _copy_value(value: Any) -> bytes:
-    """One value in COPY text format (``\\N`` for null; backslash, tab, newline escaped)."""
-    if value is None:
-        return b"\\N"
-    if isinstance(value, dict | list | Jsonb):
-        encoded = orjson.dumps(value.obj if isinstance(value, Jsonb) else value)
-        return encoded.replace(b"\\", b"\\\\")
-    if isinstance(value, datetime):
-        return value.isoformat().encode()
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    return str(value).translate(_COPY_ESCAPES).encode()
-
-
-def _range(start: datetime, end: datetime | None) -> str:
-    return f"[{start.isoformat()},{end.isoformat() if end else ''})"
+    copy_lines(conn, s, "item_versions", VERSION_COLUMNS, [
+        version_line(*values) for values in inserts])
 
 
 def _adapt(value: Any) -> Any:

@@ -1,0 +1,101 @@
+"""A rebuild's bulk load: part of the log (or all of it) folded in memory and loaded into an
+empty projection schema, in the caller's transaction.
+
+The change log is COPYed batch by batch as it is folded, so the server parses it while the
+fold goes on; every other table is one COPY once the fold is complete (a row is final only
+then). Used by the rebuild itself and by its fold worker (``fold_worker``), each on its own
+connection and its own part of the log.
+"""
+
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from psycopg import Connection, Copy
+
+from memledger_projector import copytext, store
+from memledger_projector.projection import Key, Projection, event_of
+
+Record = tuple[int, datetime, bytes]
+"""A stored event as the fold needs it: (position, recorded_at, envelope JSON)."""
+
+
+class RebuildStopped(Exception):
+    """An event could not be applied; the live projection is untouched."""
+
+    def __init__(self, first: int, last: int, error: Exception) -> None:
+        super().__init__(f"rebuild stopped in the batch of positions {first}..{last}: "
+                         f"{error!r}; the live projection is unchanged (find the event with "
+                         f"`memledger replay --from-position {first} --to-position {last}`)")
+        self.first, self.last, self.error = first, last, error
+
+
+class Loader:
+    """Folds batches into a fresh ``Projection`` and loads it into ``target`` (empty) over
+    ``conn``, inside the caller's transaction; use as a context manager."""
+
+    def __init__(self, conn: Connection[Any], target: str) -> None:
+        self.conn, self.target = conn, target
+        self.projection = Projection(keep_changes=False)
+        self.reached = 0
+        """The last position of the batches folded so far (whichever part of them)."""
+        self._log_open = ExitStack()
+        self._log: Copy | None = None
+
+    def __enter__(self) -> Self:
+        self._log = self._log_open.enter_context(copytext.copy_into(
+            self.conn, self.target, "changes", copytext.CHANGE_COLUMNS))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._log_open.__exit__(kind, error, traceback)
+
+    def fold(self, first: int, last: int, records: Sequence[Record]) -> None:
+        """Fold ``records`` (part or all of the batch of positions ``first``..``last``, in
+        position order) and send their change-log lines."""
+        assert self._log is not None, "fold inside the with block"
+        try:
+            events = [event_of(*record) for record in records]
+            for event in events:
+                self.projection.apply(event)
+            lines = b"".join([copytext.change_line(e) for e in events])
+        except Exception as error:
+            raise RebuildStopped(first, last, error) from error
+        self._log.write(lines)
+        self.reached = last
+
+    def end_log(self) -> None:
+        """Finish the change log's COPY (the other tables can be written only after it)."""
+        self._log_open.close()
+        self._log = None
+
+    def item_keys(self) -> set[Key]:
+        """The items this part holds, to check two parts never fold the same item."""
+        return set(self.projection.items) | set(self.projection.rows)
+
+    def holds_only_items(self) -> bool:
+        p = self.projection
+        return not (p.spaces or p.agents or p.sessions or p.messages or p.preferences
+                    or p.entities or p.relations)
+
+    def write(self) -> None:
+        """Write every table but the change log (ends it first if still open)."""
+        self.end_log()
+        store.write_rows(self.conn, self.target, self.projection)
+
+
+@contextmanager
+def cycle_collector_paused() -> Iterator[None]:
+    """A fold holds millions of objects and makes no cycles: the cyclic collector would
+    traverse them again and again for nothing (a third of the fold's time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
