@@ -18,6 +18,7 @@ re-drive the vector index when it is held here), says what it cannot, and verifi
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -62,6 +63,8 @@ class Target:
     model: str = ""
     query_url: str | None = None
     """Otherwise: the query service to ask for the vector digests."""
+    api_key: str | None = None
+    """An admin key for that service (``MEMLEDGER_API_KEY``, else the one ``up`` made)."""
     skip_vectors: str = ""
     opened: EventStore | None = None
     """The log with sealed personal data opened, as the read models were built from it (the
@@ -100,7 +103,8 @@ async def _vectors(target: Target, models: verify_models.ModelComparison,
     tenants = {t for t, _ in models.vectors} | {t for t, _ in stream.in_store.counts}
     assert target.query_url is not None
     return await verify_vectors.remote(target.query_url, tenants, models.vectors,
-                                       models.position, wait_ms=2_000)
+                                       models.position, wait_ms=2_000,
+                                       api_key=target.api_key)
 
 
 async def _until(deadline: float, reached: Callable[[], Awaitable[bool]]) -> None:
@@ -247,6 +251,7 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
             port = settings.http_port or (DEFAULT_HTTP_PORT if settings.mode == "embedded"
                                           else QUERY_PORT)
             target.query_url = args.query_url or f"http://{settings.http_host}:{port}"
+            target.api_key = os.environ.get("MEMLEDGER_API_KEY") or _home_key(settings)
         yield target
     finally:
         if target.index is not None:
@@ -280,3 +285,8 @@ def up_is_running(settings: Settings) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return settings.mode == "embedded" and pid > 0 and psutil.pid_exists(pid)
+
+
+def _home_key(settings: Settings) -> str | None:
+    path = settings.home.expanduser() / "admin.key"
+    return path.read_text().strip() if path.exists() else None

@@ -21,6 +21,7 @@ from uuid import UUID
 import psycopg
 from psycopg import IsolationLevel, sql
 
+from memledger_platform.crypto import ERASED
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.port import Committed, IdempotentResult
 from memledger_projector import rebuild, schema, store
@@ -138,11 +139,12 @@ def version_rows(conn: psycopg.Connection[Any], s: str) -> Iterator[tuple[str, s
     query = sql.SQL(
         "SELECT t.tenant_id, i.space_id, t.item_id::text, t.sys_from, t.sys_to, lower(t.valid), "
         "upper(t.valid), i.archived_position, t.attrs->>'content' FROM {s}.item_versions t "
-        "JOIN {s}.items i ON i.tenant_id = t.tenant_id AND i.item_id = t.item_id").format(
-        s=sql.Identifier(s))
+        "JOIN {s}.items i ON i.tenant_id = t.tenant_id AND i.item_id = t.item_id "
+        # An erased subject's rows stay (scrubbed) in PostgreSQL but leave the vector index.
+        "WHERE t.attrs->>'content' IS DISTINCT FROM %s").format(s=sql.Identifier(s))
     with conn.transaction(), conn.cursor(name=f"verify_{uuid.uuid4().hex[:8]}") as cur:
         cur.itersize = _BATCH
-        cur.execute(query)
+        cur.execute(query, (ERASED,))
         for tenant, space, item, sys_from, sys_to, lower, upper, archived, content in cur:
             yield tenant, space, Row(item, sys_from, sys_to, micros(lower),
                                      None if upper is None else micros(upper), archived,

@@ -86,11 +86,14 @@ def local(index: VectorIndex, items: Iterable[tuple[str, str, str]], expected: D
 
 
 async def remote(url: str, tenants: Iterable[str], expected: Digests, position: int,
-                 wait_ms: int, transport: httpx.AsyncBaseTransport | None = None
-                 ) -> VectorComparison:
-    """Digest the index of a running query service, tenant by tenant."""
+                 wait_ms: int, transport: httpx.AsyncBaseTransport | None = None,
+                 api_key: str | None = None) -> VectorComparison:
+    """Digest the index of a running query service, tenant by tenant (``api_key``: an admin
+    key, where the service requires keys; it answers for its own tenant only)."""
     result = VectorComparison(f"query service at {url}", position, expected)
-    async with httpx.AsyncClient(base_url=url, timeout=120.0, transport=transport) as client:
+    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=url, timeout=120.0, transport=transport,
+                                 headers=auth) as client:
         for tenant in sorted(set(tenants)):
             try:
                 response = await client.get(SUMMARY_PATH, headers={TENANT_HEADER: tenant},
