@@ -34,6 +34,8 @@ class Server:
     url: str
     postgres_dsn: str
     nats_url: str
+    home: str = ""
+    """The server's data directory (its master key is there)."""
 
 
 @contextmanager
@@ -53,7 +55,7 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
                 url = f"http://127.0.0.1:{ports['HTTP']}"
                 _wait_healthy(url, proc, log_path)
                 yield Server(url, f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
-                             f"nats://127.0.0.1:{ports['NATS']}")
+                             f"nats://127.0.0.1:{ports['NATS']}", home)
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)

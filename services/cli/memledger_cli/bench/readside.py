@@ -8,6 +8,7 @@ import random
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,8 +20,13 @@ from psycopg import sql
 from memledger_cli.bench import searchable
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
+from memledger_cli.bench.settle import pause_enricher
 from memledger_cli.progress import Bar
+from memledger_platform.crypto import Opener
+from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
+from memledger_platform.settings import Settings
 from memledger_projector import rebuild, schema
 from memledger_projector.store import read_checkpoint
 
@@ -244,16 +250,23 @@ async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
             # The live projector catches up first: it would compete with the rebuild for the
             # CPU, and the rebuilt model can then be compared with the live one.
             await _projected(http, max(r["position"] for r in results))
+            # The enricher would append events during the rebuild: paused, as for search.
+            await pause_enricher(server.nats_url)
         steps.step("rebuilding, and reading the same events raw")
-        return await asyncio.to_thread(_time_rebuild, server.postgres_dsn)
+        return await asyncio.to_thread(_time_rebuild, server.postgres_dsn, Path(server.home))
 
 
-def _time_rebuild(dsn: str) -> dict[str, Any]:
-    store = PostgresEventStore(datastore_from_dsn(dsn, pool_size=1))
+def _time_rebuild(dsn: str, home: Path) -> dict[str, Any]:
+    """Rebuild through the subjects' keys, as ``memledger rebuild`` does (the log is sealed);
+    the raw read beside it reads the same rows without opening them."""
+    raw_store = PostgresEventStore(datastore_from_dsn(dsn, pool_size=1))
+    settings = with_home_master_key(Settings(home=home))
+    keyring, pool = keyring_for(settings, dsn)
+    store = OpenedEventStore(raw_store, Opener(keyring))
     try:
-        count = sum(1 for _ in _read_everything(store))
+        count = sum(1 for _ in _read_everything(raw_store))
         started = time.perf_counter()
-        count = sum(1 for _ in _read_everything(store))
+        count = sum(1 for _ in _read_everything(raw_store))
         raw = count / (time.perf_counter() - started)
         with psycopg.connect(dsn, autocommit=True) as conn, Bar("rebuild", count) as bar:
             started = time.perf_counter()
@@ -261,7 +274,9 @@ def _time_rebuild(dsn: str) -> dict[str, Any]:
             elapsed = time.perf_counter() - started
             equal = _same_model(conn, done.version, done.previous)
     finally:
-        store.close()
+        raw_store.close()
+        if pool is not None:
+            pool.close()
     return {"scenario": "rebuild", "events": done.events,
             "events_per_s": round(done.events / elapsed, 1),
             "raw_postgres_read_per_s": round(raw, 1), "seconds": round(elapsed, 2),
