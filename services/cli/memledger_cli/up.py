@@ -3,6 +3,7 @@ or on external ones in distributed mode."""
 
 import asyncio
 import os
+import shutil
 import sys
 
 from pydantic import SecretStr
@@ -65,7 +66,10 @@ def up(settings: Settings) -> None:
 
 
 def _child_argv(command: str) -> list[str]:
-    return [sys.executable, "-m", "memledger_cli", command]
+    argv = [sys.executable, "-m", "memledger_cli", command]
+    # Embedding is the heaviest work and the least urgent: on a small machine it must yield
+    # the cores to writes and projections (searchable later, never a write held up).
+    return ["nice", "-n", "10", *argv] if command == "enricher" and shutil.which("nice") else argv
 
 
 def _child_env(endpoints: Endpoints, settings: Settings) -> dict[str, str]:

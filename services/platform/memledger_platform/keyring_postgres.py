@@ -39,6 +39,14 @@ class PostgresKeyring(Keyring):
 
     def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
         with self._pool.connection() as conn:
+            # The usual case reads only: a live key that already seals data in this space
+            # (an UPDATE per commit group would serialise every writer on the key's row).
+            found = conn.execute(sql.SQL(
+                "SELECT key_id, wrapped FROM {}.memledger_subject_keys WHERE tenant_id = %s "
+                "AND subject_id = %s AND destroyed_at IS NULL AND %s = ANY(spaces)").format(
+                self._s), (tenant, subject, space)).fetchone()
+            if found is not None:
+                return SubjectKey(found[0], self._unwrapped(found[0], bytes(found[1])))
             row = conn.execute(sql.SQL(
                 "UPDATE {}.memledger_subject_keys SET spaces = CASE WHEN %(space)s = ANY(spaces) "
                 "THEN spaces ELSE array_append(spaces, %(space)s) END WHERE tenant_id = "
@@ -55,7 +63,14 @@ class PostgresKeyring(Keyring):
                     self._s, self._s),
                     (key_id, tenant, subject, wrap(self._master, key_id, key), space)).fetchone()
         assert row is not None
-        return SubjectKey(row[0], unwrap(self._master, row[0], bytes(row[1])))
+        return SubjectKey(row[0], self._unwrapped(row[0], bytes(row[1])))
+
+    def _unwrapped(self, key_id: str, wrapped: bytes) -> bytes:
+        cached = self._cache.get(key_id)
+        if cached is None:
+            cached = unwrap(self._master, key_id, wrapped)
+            self._cache[key_id] = cached
+        return cached
 
     def key(self, key_id: str) -> bytes | None:
         cached = self._cache.get(key_id)
