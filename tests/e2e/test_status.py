@@ -46,6 +46,9 @@ def _caught_up(home: Path, written: int) -> dict[str, Any]:
         status = _status_json(home)
         assert status["committed_position"] >= written
         assert status["caught_up"], status
+        # The enricher subscribes once its model is loaded (later than the others, niced):
+        # until then there is no consumer of its to be behind.
+        assert any(c["name"].startswith("enricher") for c in status["consumers"]), status
         return status
 
     return eventually_sync(check, timeout=120, interval=1.0)
