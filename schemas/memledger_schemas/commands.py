@@ -276,15 +276,21 @@ class RecordFeedback(CommandBase):
         return self
 
 
-class RecordEmbedding(CommandBase):
+class Learned(CommandBase):
+    """What an enricher learned from sealed text, naming the key that sealed it: refused once
+    that key is destroyed (its subject erased meanwhile), so nothing erased comes back."""
+
+    source_key_id: ShortText | None = Field(
+        default=None, description="the key that sealed the text this was learned from: "
+        "refused once that key is destroyed (its subject erased meanwhile)")
+
+
+class RecordEmbedding(Learned):
     """The vector of one version of a memory item's content, as computed by an enricher."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
     command: Literal["record_embedding"] = "record_embedding"
     space_id: SpaceId
-    source_key_id: ShortText | None = Field(
-        default=None, description="the key that sealed the text this was learned from: "
-        "refused once that key is destroyed (its subject erased meanwhile)")
     item_id: UUID
     item_version: int = Field(ge=1)
     model: ShortText
@@ -304,22 +310,19 @@ class RecordEmbedding(CommandBase):
         return vector
 
 
-class RecordEntities(CommandBase):
+class RecordEntities(Learned):
     """The entities an extractor found in one version of a memory item's content."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/entities"
     command: Literal["record_entities"] = "record_entities"
     space_id: SpaceId
-    source_key_id: ShortText | None = Field(
-        default=None, description="the key that sealed the text this was learned from: "
-        "refused once that key is destroyed (its subject erased meanwhile)")
     item_id: UUID
     item_version: int = Field(ge=1)
     extractor: ShortText
     entities: tuple[ExtractedEntity, ...] = Field(max_length=256)
 
 
-class RecordPreference(CommandBase):
+class RecordPreference(Learned):
     """A preference a rule extracted from a memory item or a conversation message.
 
     ``source_item_id`` is the id of either, so it is not checked against an item stream."""
@@ -327,9 +330,6 @@ class RecordPreference(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/preferences"
     command: Literal["record_preference"] = "record_preference"
     space_id: SpaceId
-    source_key_id: ShortText | None = Field(
-        default=None, description="the key that sealed the text this was learned from: "
-        "refused once that key is destroyed (its subject erased meanwhile)")
     source_item_id: UUID
     rule_id: ShortText
     category: ShortText

@@ -6,6 +6,7 @@ Every other command (policies, agents, entities, relations, ...) goes through ``
 model from ``memledger_schemas.commands``.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
@@ -42,6 +43,8 @@ class CommandMeta(TypedDict, total=False):
     agent_id: str
     correlation_id: str
     causation_id: str
+    subject_id: str
+    """The data subject whose personal data the command carries (erasable by that id)."""
 
 
 def command(model: type[C], **fields: Any) -> C:
@@ -49,11 +52,12 @@ def command(model: type[C], **fields: Any) -> C:
     return validated(model, **{k: v for k, v in fields.items() if v is not None})
 
 
-class WriteMethods(Generic[W]):
+class WriteMethods(ABC, Generic[W]):
     """Shortcuts over ``send``; ``W`` is what ``send`` returns."""
 
+    @abstractmethod
     def send(self, command: CommandBase) -> W:
-        raise NotImplementedError
+        """Send one command (each client implements it: blocking or awaitable)."""
 
     def create_space(self, space_id: str, *, name: str | None = None,
                      description: str | None = None, **meta: Unpack[CommandMeta]) -> W:
