@@ -18,11 +18,16 @@ from pydantic import (
 )
 
 from memledger_schemas.events import (
+    Cardinality,
+    Consolidation,
     EntityRef,
     ExtractedEntity,
+    Layer,
     Member,
     MemoryKind,
     Reason,
+    RetrievalBasis,
+    Retrieved,
     Role,
     SourceRef,
     Triple,
@@ -108,11 +113,30 @@ class SetSpacePolicy(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/policy"
     command: Literal["set_space_policy"] = "set_space_policy"
     space_id: SpaceId
-    retention_days: dict[MemoryKind, int] = Field(default_factory=dict)
-    decay_half_life_days: dict[MemoryKind, float] = Field(default_factory=dict)
-    session_ttl_seconds: int | None = Field(default=None, ge=1)
-    max_items: int | None = Field(default=None, ge=1)
+    retention_days: dict[MemoryKind, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="archive items of a kind this many days after "
+        "they were recorded (or last reaffirmed)")
+    layer_retention_days: dict[Layer, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="the same per layer (ecosystem memory is "
+        "permanent: never archived by policy)")
+    decay_half_life_days: dict[MemoryKind, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="how fast a kind's strength halves; importance "
+        "stretches it (up to twice as long at importance 1)")
+    forget_below: Unit | None = Field(default=None, description="archive an item once its "
+                                      "decayed strength falls below this")
+    session_ttl_seconds: int | None = Field(default=None, ge=1, description="archive a "
+                                            "session's memory this long after the session "
+                                            "ended or went quiet")
+    max_items: int | None = Field(default=None, ge=1, description="keep at most this many "
+                                  "active items; the weakest beyond it are archived")
     legal_hold: bool = False
+    retroactive: bool = Field(default=False, description="also govern items recorded before "
+                              "this version (otherwise only those recorded after it)")
+    cardinality: dict[ShortText, Cardinality] = Field(default_factory=dict)
+    default_cardinality: Cardinality = "single"
+    consolidation: Consolidation = "off"
+    merge_cosine: float = Field(default=0.92, gt=0.0, le=1.0)
+    audit_retrievals: bool = False
     members: tuple[Member, ...] = ()
 
 
@@ -171,6 +195,14 @@ class AssertMemory(CommandBase, ValidInterval):
     importance: Unit = 0.5
     tags: tuple[Tag, ...] = Field(default=(), max_length=32)
     sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+    layer: Layer | None = Field(default=None, description="default: 'session' with a "
+                                "session_id, else 'project'")
+
+    @model_validator(mode="after")
+    def _session_layer_needs_a_session(self) -> "AssertMemory":
+        if self.layer == "session" and self.session_id is None:
+            raise ValueError("layer 'session' needs a session_id")
+        return self
 
 
 class ReviseMemory(CommandBase, ValidInterval):
@@ -227,6 +259,48 @@ class ArchiveMemory(CommandBase):
     space_id: SpaceId
     item_id: UUID
     reason: Reason
+    policy_version: int | None = Field(default=None, ge=1, description="the space policy "
+                                       "version that decided it (the lifecycle scheduler)")
+
+
+class PromoteMemory(CommandBase):
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/promote"
+    command: Literal["promote_memory"] = "promote_memory"
+    space_id: SpaceId
+    item_id: UUID
+    layer: Literal["project", "ecosystem"] = "project"
+    reason: Reason | None = None
+
+
+class MergeMemories(CommandBase):
+    """Fold near-duplicates into ``item_id``: each is superseded (reason "merged") and the
+    survivor takes their sources."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/merge"
+    command: Literal["merge_memories"] = "merge_memories"
+    space_id: SpaceId
+    item_id: UUID
+    merged_item_ids: tuple[UUID, ...] = Field(min_length=1, max_length=64)
+    similarity: float = Field(default=1.0, ge=-1.0, le=1.0)
+    reason: Reason = "merged near-duplicates"
+
+    @model_validator(mode="after")
+    def _not_into_itself(self) -> "MergeMemories":
+        if self.item_id in self.merged_item_ids:
+            raise ValueError("an item cannot be merged into itself")
+        if len(set(self.merged_item_ids)) != len(self.merged_item_ids):
+            raise ValueError("merged_item_ids must not repeat an id")
+        return self
+
+
+class SuggestMerge(CommandBase):
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/merge-suggestions"
+    command: Literal["suggest_merge"] = "suggest_merge"
+    space_id: SpaceId
+    item_id: UUID
+    similar_to: UUID
+    similarity: float = Field(ge=-1.0, le=1.0)
+    policy_version: int = Field(ge=1)
 
 
 class UpsertEntity(CommandBase):
@@ -337,6 +411,26 @@ class RecordPreference(Learned):
     confidence: Unit
 
 
+class RecordRetrieval(CommandBase):
+    """What a search or context call showed: sent by the query service when it audits a call
+    (``audit=true``, or a space policy's ``audit_retrievals``), so an operator can later see
+    and replay exactly that. The event's space is the one space read, else the tenant's."""
+
+    http_path: ClassVar[str] = "/v1/retrievals"
+    command: Literal["record_retrieval"] = "record_retrieval"
+    retrieval_id: UUID
+    operation: Literal["search", "context"]
+    query: Content | None = None
+    subject: ShortText | None = None
+    spaces: tuple[SpaceId, ...] = Field(default=(), max_length=1_024,
+                                        description="the spaces it could read; empty: all")
+    parameters: dict[str, Any] = Field(default_factory=dict, description="the rest of the "
+                                       "request, as the query service validated it")
+    basis: RetrievalBasis
+    results: tuple[Retrieved, ...] = Field(default=(), max_length=10_000)
+    policy_version: ShortText
+
+
 class EraseSubject(CommandBase):
     """Records that a data subject was erased (its keys already destroyed). Not a client
     command: only the erasure service sends it, after checking legal holds and destroying the
@@ -352,15 +446,17 @@ class EraseSubject(CommandBase):
 COMMANDS: tuple[type[CommandBase], ...] = (
     CreateSpace, SetSpacePolicy, ArchiveSpace, RegisterAgent, StartSession, EndSession,
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,
-    ArchiveMemory, UpsertEntity, AssertRelation, RetractRelation, RecordFeedback,
-    RecordEmbedding, RecordEntities, RecordPreference,
+    ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
+    RetractRelation, RecordFeedback, RecordEmbedding, RecordEntities, RecordPreference,
+    RecordRetrieval,
 )
 
 Command = Annotated[
     CreateSpace | SetSpacePolicy | ArchiveSpace | RegisterAgent | StartSession | EndSession
     | AppendMessage | AssertMemory | ReviseMemory | SupersedeMemory | RetractMemory
-    | ReaffirmMemory | ArchiveMemory | UpsertEntity | AssertRelation | RetractRelation
-    | RecordFeedback | RecordEmbedding | RecordEntities | RecordPreference,
+    | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
+    | UpsertEntity | AssertRelation | RetractRelation
+    | RecordFeedback | RecordEmbedding | RecordEntities | RecordPreference | RecordRetrieval,
     Field(discriminator="command"),
 ]
 

@@ -5,18 +5,32 @@
 its current payload model, and ``upcasting.py`` lifts older stored versions to it on read.
 """
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from memledger_schemas.types import AgentId, Content, ShortText, Tag, Unit, UtcDatetime
+from memledger_schemas.types import (
+    AgentId,
+    Content,
+    ShortText,
+    SpaceId,
+    Tag,
+    Unit,
+    UtcDatetime,
+)
 
 MemoryKind = Literal[
     "fact", "decision", "preference", "observation", "procedure", "episode", "correction",
     "steering_rule",
 ]
 Role = Literal["user", "assistant", "system", "tool"]
+Layer = Literal["session", "project", "ecosystem"]
+"""Where a memory lives: its session (expires with it), its project space, or the tenant's
+ecosystem (patterns and standards, permanent)."""
+Cardinality = Literal["single", "multi"]
+"""Whether a triple predicate holds one object at a time (a new one contradicts the old)."""
+Consolidation = Literal["off", "suggest", "merge"]
 Right = Literal["read", "write", "admin"]
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=2_048)]
 EntityRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:.@/-]{1,128}$")]
@@ -62,8 +76,8 @@ class SpaceCreated(Payload):
     description: Content | None = None
 
 
-class SpacePolicySet(Payload):
-    """A new version of a space's policy; ``policy_version`` increases by one each time."""
+class SpacePolicySetV1(Payload):
+    """Superseded by v2 (lifecycle fields added, all optional). Read-only."""
 
     event_type: ClassVar[str] = "space.policy_set"
     policy_version: int = Field(ge=1)
@@ -72,6 +86,31 @@ class SpacePolicySet(Payload):
     session_ttl_seconds: int | None = Field(default=None, ge=1)
     max_items: int | None = Field(default=None, ge=1)
     legal_hold: bool = False
+    members: tuple[Member, ...] = ()
+
+
+class SpacePolicySet(Payload):
+    """A new version of a space's policy; ``policy_version`` increases by one each time.
+
+    A version governs the items recorded after it; with ``retroactive`` it governs the items
+    recorded before it too. ``legal_hold`` always applies to everything in the space."""
+
+    event_type: ClassVar[str] = "space.policy_set"
+    schema_version: ClassVar[int] = 2
+    policy_version: int = Field(ge=1)
+    retention_days: dict[MemoryKind, int] = Field(default_factory=dict)
+    layer_retention_days: dict[Layer, int] = Field(default_factory=dict)
+    decay_half_life_days: dict[MemoryKind, float] = Field(default_factory=dict)
+    forget_below: Unit | None = None
+    session_ttl_seconds: int | None = Field(default=None, ge=1)
+    max_items: int | None = Field(default=None, ge=1)
+    legal_hold: bool = False
+    retroactive: bool = False
+    cardinality: dict[ShortText, Cardinality] = Field(default_factory=dict)
+    default_cardinality: Cardinality = "single"
+    consolidation: Consolidation = "off"
+    merge_cosine: float = Field(default=0.92, gt=0.0, le=1.0)
+    audit_retrievals: bool = False
     members: tuple[Member, ...] = ()
 
 
@@ -126,7 +165,9 @@ class ConversationMessageAppended(Payload):
 # --- memory items ---------------------------------------------------------------------------
 
 
-class MemoryAsserted(Payload):
+class MemoryAssertedV1(Payload):
+    """Superseded by v2 (``layer`` added). Read-only."""
+
     event_type: ClassVar[str] = "memory.asserted"
     item_id: UUID
     kind: MemoryKind
@@ -136,6 +177,22 @@ class MemoryAsserted(Payload):
     importance: Unit = 0.5
     tags: tuple[Tag, ...] = Field(default=(), max_length=32)
     sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+
+
+class MemoryAsserted(Payload):
+    event_type: ClassVar[str] = "memory.asserted"
+    schema_version: ClassVar[int] = 2
+    item_id: UUID
+    kind: MemoryKind
+    content: Content
+    triple: Triple | None = None
+    confidence: Unit = 1.0
+    importance: Unit = 0.5
+    tags: tuple[Tag, ...] = Field(default=(), max_length=32)
+    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+    layer: Layer | None = None
+    """``None`` (every v1 event): "session" when the envelope names a session, else
+    "project"."""
 
 
 class MemoryRevised(Payload):
@@ -152,11 +209,26 @@ class MemoryRevised(Payload):
     reason: Reason | None = None
 
 
-class MemorySuperseded(Payload):
+class MemorySupersededV1(Payload):
+    """Superseded by v2 (``valid_until`` added). Read-only."""
+
     event_type: ClassVar[str] = "memory.superseded"
     item_id: UUID
     superseded_by: UUID
     reason: Reason
+
+
+class MemorySuperseded(Payload):
+    """Replaced by another item: by request, by a contradicting triple (reason
+    "contradiction") or by a merge of near-duplicates (reason "merged"). The item stops being
+    true at ``valid_until`` (default: when recorded)."""
+
+    event_type: ClassVar[str] = "memory.superseded"
+    schema_version: ClassVar[int] = 2
+    item_id: UUID
+    superseded_by: UUID
+    reason: Reason
+    valid_until: UtcDatetime | None = None
 
 
 class MemoryRetracted(Payload):
@@ -182,6 +254,49 @@ class MemoryArchived(Payload):
     item_id: UUID
     reason: Reason
     policy_version: int | None = Field(default=None, ge=1)
+
+
+class MemoryPromoted(Payload):
+    """Moved up a layer: a session's memory made part of its project, or a project's made
+    part of the tenant's ecosystem."""
+
+    event_type: ClassVar[str] = "memory.promoted"
+    item_id: UUID
+    layer: Literal["project", "ecosystem"]
+    reason: Reason | None = None
+
+
+class MemoryMerged(Payload):
+    """Near-duplicates folded into this item (each of them is superseded, reason "merged");
+    it keeps the provenance of all of them."""
+
+    event_type: ClassVar[str] = "memory.merged"
+    item_id: UUID
+    merged_item_ids: tuple[UUID, ...] = Field(min_length=1, max_length=64)
+    sources: tuple[SourceRef, ...] = Field(default=(), max_length=256)
+    similarity: float = Field(ge=-1.0, le=1.0)
+    reason: Reason
+
+
+class MergeSuggested(Payload):
+    """A near-duplicate found by consolidation, offered rather than merged (by policy)."""
+
+    event_type: ClassVar[str] = "memory.merge_suggested"
+    item_id: UUID
+    similar_to: UUID
+    similarity: float = Field(ge=-1.0, le=1.0)
+    policy_version: int = Field(ge=1)
+
+
+class TripleClaimed(Payload):
+    """An item now holds a single-valued (subject, predicate) slot of its space: the write
+    side's memory of who holds it, so that the next assertion for the slot supersedes it.
+    ``object_digest`` (a hash, not the object: the object is personal data) tells a
+    restatement from a contradiction."""
+
+    event_type: ClassVar[str] = "triple.claimed"
+    item_id: UUID
+    object_digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16,64}$")]
 
 
 # --- enrichment -----------------------------------------------------------------------------
@@ -265,13 +380,50 @@ class RetrievalBasis(BaseModel):
     valid_at: UtcDatetime
 
 
-class RetrievalPerformed(Payload):
+class RetrievalPerformedV1(Payload):
+    # Superseded by v2 (the request, to replay it; each result's section). Read-only. No
+    # docstring and its first title, so its published snapshot stays exactly as it was.
+    model_config = ConfigDict(frozen=True, extra="forbid", title="RetrievalPerformed")
     event_type: ClassVar[str] = "retrieval.performed"
     retrieval_id: UUID
     query: Content
     basis: RetrievalBasis
     item_ids: tuple[UUID, ...]
     scores: tuple[float, ...]
+    policy_version: ShortText
+
+
+class Retrieved(BaseModel):
+    """One entry of what a retrieval returned, in the order shown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ref: ShortText
+    """An item id (a message id for a context bundle's session turns)."""
+    score: float | None = None
+    section: ShortText
+    """The search layer, or the context bundle's section."""
+
+
+class RetrievalPerformed(Payload):
+    """What a search or context call showed, recorded by the query service when auditing, with
+    what it takes to replay it: the request (``parameters``, its free text apart), its basis,
+    and the ranking policy's version."""
+
+    event_type: ClassVar[str] = "retrieval.performed"
+    schema_version: ClassVar[int] = 2
+    retrieval_id: UUID
+    operation: Literal["search", "context"]
+    query: Content | None = None
+    """The query text searched (a context call's: the session's last user message if it
+    named none)."""
+    subject: ShortText | None = None
+    """A search's triple-subject filter (personal, like the query)."""
+    spaces: tuple[SpaceId, ...] = Field(default=(), max_length=1_024)
+    """The spaces it could read; empty: every space of the tenant."""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """The rest of the request, as the query service validated it (without query, subject)."""
+    basis: RetrievalBasis
+    results: tuple[Retrieved, ...] = Field(default=(), max_length=10_000)
     policy_version: ShortText
 
 
@@ -287,13 +439,16 @@ class SubjectErased(Payload):
 CURRENT: tuple[type[Payload], ...] = (
     SpaceCreated, SpacePolicySet, SpaceArchived, AgentRegistered, SessionStarted, SessionEnded,
     ConversationMessageAppended, MemoryAsserted, MemoryRevised, MemorySuperseded,
-    MemoryRetracted, MemoryReaffirmed, MemoryArchived, MemoryEmbedded, MemoryEntitiesExtracted,
+    MemoryRetracted, MemoryReaffirmed, MemoryArchived, MemoryPromoted, MemoryMerged,
+    MergeSuggested, TripleClaimed, MemoryEmbedded, MemoryEntitiesExtracted,
     PreferenceExtracted, EntityUpserted, RelationAsserted, RelationRetracted, FeedbackRecorded,
     RetrievalPerformed, SubjectErased,
 )
 """The current version of every event type."""
 
-HISTORIC: tuple[type[Payload], ...] = (ConversationMessageAppendedV1,)
+HISTORIC: tuple[type[Payload], ...] = (
+    ConversationMessageAppendedV1, SpacePolicySetV1, MemoryAssertedV1, MemorySupersededV1,
+    RetrievalPerformedV1)
 """Published older versions, kept for their JSON Schema snapshot and upcasting tests."""
 
 CATALOGUE: dict[str, type[Payload]] = {p.event_type: p for p in CURRENT}

@@ -39,3 +39,34 @@ def upcast_message_appended_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
     data["content"] = payload["text"]
     data.setdefault("participant", None)
     return data
+
+
+@upcaster("space.policy_set", 1)
+def upcast_policy_set_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v2 added lifecycle fields, each defaulting to what v1 meant (no retroactivity, single-
+    valued predicates, no consolidation, no forgetting by decay, no audit)."""
+    return {"layer_retention_days": {}, "forget_below": None, "retroactive": False,
+            "cardinality": {}, "default_cardinality": "single", "consolidation": "off",
+            "merge_cosine": 0.92, "audit_retrievals": False, **payload}
+
+
+@upcaster("retrieval.performed", 1)
+def upcast_retrieval_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v2 records the request (to replay it) and each result's section; a v1 retrieval was a
+    search whose request is unknown (``parameters`` empty: it cannot be replayed)."""
+    data = {k: v for k, v in payload.items() if k not in ("item_ids", "scores")}
+    data["results"] = [{"ref": str(ref), "score": score, "section": "results"}
+                       for ref, score in zip(payload["item_ids"], payload["scores"], strict=True)]
+    return {"operation": "search", "subject": None, "spaces": [], "parameters": {}, **data}
+
+
+@upcaster("memory.asserted", 1)
+def upcast_asserted_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v2 added ``layer``; a v1 item's layer follows from its envelope (``None``)."""
+    return {"layer": None, **payload}
+
+
+@upcaster("memory.superseded", 1)
+def upcast_superseded_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v2 added ``valid_until``; v1 items stopped being true when superseded (``None``)."""
+    return {"valid_until": None, **payload}

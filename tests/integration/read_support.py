@@ -26,8 +26,8 @@ from tests.integration.events_support import read_everything
 TENANT = "acme"
 SPACE = "main"
 
-TABLES = ("spaces", "agents", "sessions", "messages", "items", "item_versions", "entities",
-          "relations", "changes", "checkpoint")
+TABLES = ("spaces", "agents", "sessions", "messages", "mentions", "items", "item_versions",
+          "entities", "relations", "changes", "checkpoint")
 
 
 @dataclass

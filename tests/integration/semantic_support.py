@@ -15,7 +15,6 @@ from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 
 from memledger_enricher.embedding import Embedder
-from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import Enricher
 from memledger_ingest.http import create_app as create_ingest_app
 from memledger_ingest.intake import Intake
@@ -25,13 +24,16 @@ from memledger_platform import receipts
 from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.crypto import Keyring, Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.intake_client import IntakeClient
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_projector import schema
 from memledger_projector.consumer import Projector
 from memledger_projector.store import tune
 from memledger_projector.vector_consumer import VectorProjector
+from memledger_query import retrieval_http
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
+from memledger_query.recorder import IntakeRecorder
 from memledger_query.semantic_http import Semantic, add_routes
 from memledger_schemas.subjects import Subjects
 
@@ -94,7 +96,9 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                               opener=Opener(keyring), on_erased=erased)
     reader = Reader(pool, names)
     app = create_app(reader, store, "default", gate, Opener(keyring))
-    add_routes(app, Semantic(index, embedder, vectors, reader))
+    semantic = Semantic(index, embedder, vectors, reader, recorder=IntakeRecorder(client))
+    add_routes(app, semantic)
+    retrieval_http.add_routes(app, semantic)
     ingest_app = create_ingest_app(writer, _no_health, "default", gate)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(job) for job in (

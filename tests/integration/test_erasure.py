@@ -171,6 +171,7 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
         purged = receipts.read(conn, pg_schema, "acme", "u7")[receipt["position"]]
     assert purged["vectors"]["points"] >= 2
     assert purged["postgres"]["messages"] == 1
+    assert purged["postgres"]["mentions"] >= 2  # her name and her company, as extracted
 
     p.index.close()  # flushed, so the files on disk are what is kept
     assert _pg_hits(engines.postgres_dsn, ADA) == []

@@ -137,6 +137,8 @@ READS = [
     ("changes from their cursor", "GET", "/v1/spaces/main/changes", None, {"after": "{cursor}"}),
     ("tenant changes", "GET", "/v1/changes", None, {}),
     ("graph", "GET", "/v1/spaces/main/graph", None, {}),
+    ("neighbours", "GET", "/v1/spaces/main/entities/vault/neighbours", None, {"depth": "3"}),
+    ("items mentioning", "GET", "/v1/spaces/main/entities/vault/items", None, {}),
     ("search", "POST", "/v1/search", {"query": f"vault code {SECRET}", "threshold": 0}, {}),
     ("search their space", "POST", "/v1/search",
      {"query": SECRET, "spaces": ["main", "side"], "threshold": 0}, {}),

@@ -25,6 +25,7 @@ from nats.js.errors import NoStreamResponseError
 
 from memledger_cli.status import Status, collect
 from memledger_enricher import bootstrap as enricher
+from memledger_projector import lifecycle_service as lifecycle
 from memledger_ingest import bootstrap as ingest
 from memledger_ingest import relay_service as relay
 from memledger_ingest.bootstrap import Endpoints
@@ -37,8 +38,8 @@ from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.support import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-USERS = ("ingest", "relay", "projector", "enricher", "query", "operator", "acme", "globex",
-         "sys")
+USERS = ("ingest", "relay", "projector", "enricher", "lifecycle", "query", "operator", "acme",
+         "globex", "sys")
 
 
 @dataclass
@@ -154,7 +155,7 @@ def _settings(server: AccountsNats, user: str, dsn: str, schema: str, home: Path
 @contextlib.asynccontextmanager
 async def _services(server: AccountsNats, dsn: str, schema: str, home: Path
                     ) -> AsyncIterator[list["asyncio.Task[None]"]]:
-    """The five services, each through its composition root as its own NATS user. Started in
+    """The six services, each through its composition root as its own NATS user. Started in
     stages, as compose orders them: each creates its tables with CREATE ... IF NOT EXISTS, which
     PostgreSQL does not serialise (two at once can fail on a duplicate key)."""
     def s(user: str) -> Settings:
@@ -169,7 +170,8 @@ async def _services(server: AccountsNats, dsn: str, schema: str, home: Path
          ("", relay.serve(s("relay"), Endpoints(dsn, server.url("relay")), stop))],
         [("projector-vectors-hashing-v1", query.serve(s("query"), dsn, server.url("query"),
                                                       stop)),
-         ("enricher-hashing-v1", enricher.serve(s("enricher"), server.url("enricher"), stop))]]
+         ("enricher-hashing-v1", enricher.serve(s("enricher"), server.url("enricher"), stop)),
+         ("lifecycle", lifecycle.serve(s("lifecycle"), server.url("lifecycle"), stop))]]
     tasks: list[asyncio.Task[None]] = []
     try:
         for stage in stages:

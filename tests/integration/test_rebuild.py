@@ -16,6 +16,7 @@ from memledger_projector import rebuild, schema, store
 from memledger_projector.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.envelope import EventEnvelope
+from memledger_schemas.events import ExtractedEntity
 
 
 @pytest.fixture
@@ -40,6 +41,11 @@ async def _history(event_store: PostgresEventStore) -> None:
                                session_id=session),
                 c.AppendMessage(space_id="s", session_id=session, role="user",
                                 content=f"m{i}")])
+            # mentions: in enrichment streams, so a parallel rebuild folds some in its worker
+            await writer.submit("t", [c.RecordEntities(
+                space_id="s", item_id=item, item_version=1, extractor="test",
+                entities=tuple(ExtractedEntity(name=f"E{i}-{n}", type="t")
+                               for n in range(i % 3)))])
             if i % 3 == 0:
                 await writer.submit("t", [c.ReviseMemory(space_id="s", item_id=item,
                                                          content=f"g{i}")])

@@ -82,6 +82,18 @@ def _preference_of(source_id: UUID = MESSAGE, space_id: str = SPACE) -> c.Record
                               category="food", value="tea", confidence=0.7)
 
 
+RETRIEVAL = UUID(int=0x600)
+RETRIEVED = {"retrieval_id": RETRIEVAL, "operation": "search", "query": "tea?",
+             "parameters": {"mode": "planning"}, "policy_version": "rank-0",
+             "basis": {"position": 7, "recorded_at": None,
+                       "valid_at": "2026-01-01T00:00:00+00:00"},
+             "results": [{"ref": str(ITEM), "score": 0.5, "section": "filtered"}]}
+
+
+def _retrieval_of(*spaces: str) -> c.RecordRetrieval:
+    return c.RecordRetrieval.model_validate({**RETRIEVED, "spaces": spaces})
+
+
 WORLD: dict[StreamRef, StreamState] = {
     _space(SPACE): _state(SPACE, version=SPACE_VERSION, policy_version=2),
     _space(OTHER_SPACE): _state(OTHER_SPACE),
@@ -142,7 +154,8 @@ SUCCESSES = [
         {"message_id": str(FRESH)}, "append_message"),
     _ok(c.AssertMemory(space_id=SPACE, kind="fact", content="sky is blue", tags=("sky",)),
         _item(FRESH),
-        e.MemoryAsserted(item_id=FRESH, kind="fact", content="sky is blue", tags=("sky",)),
+        e.MemoryAsserted(item_id=FRESH, kind="fact", content="sky is blue", tags=("sky",),
+                         layer="project"),
         {"item_id": str(FRESH)}, "assert_memory"),
     _ok(c.ReviseMemory(space_id=SPACE, item_id=ITEM, content="sky is grey"), _item(ITEM),
         e.MemoryRevised(item_id=ITEM, content="sky is grey"), {"item_id": str(ITEM)},
@@ -160,6 +173,21 @@ SUCCESSES = [
     _ok(c.ArchiveMemory(space_id=SPACE, item_id=ITEM, reason="stale"), _item(ITEM),
         e.MemoryArchived(item_id=ITEM, reason="stale"), {"item_id": str(ITEM)},
         "archive_memory"),
+    _ok(c.PromoteMemory(space_id=SPACE, item_id=ITEM, reason="useful beyond the session"),
+        _item(ITEM), e.MemoryPromoted(item_id=ITEM, layer="project",
+                                      reason="useful beyond the session"),
+        {"item_id": str(ITEM)}, "promote_memory"),
+    _ok(c.MergeMemories(space_id=SPACE, item_id=ITEM, merged_item_ids=(SUCCESSOR,),
+                        similarity=0.97), _item(ITEM),
+        e.MemoryMerged(item_id=ITEM, merged_item_ids=(SUCCESSOR,), similarity=0.97,
+                       sources=(e.SourceRef(type="item", ref=str(SUCCESSOR)),),
+                       reason="merged near-duplicates"),
+        {"item_id": str(ITEM)}, "merge_memories"),
+    _ok(c.SuggestMerge(space_id=SPACE, item_id=ITEM, similar_to=SUCCESSOR, similarity=0.93,
+                       policy_version=2), _enrichment(ITEM),
+        e.MergeSuggested(item_id=ITEM, similar_to=SUCCESSOR, similarity=0.93,
+                         policy_version=2),
+        {"item_id": str(ITEM)}, "suggest_merge"),
     _ok(c.UpsertEntity(space_id=SPACE, entity_id="dave", name="Dave", type="person"),
         _entity(SPACE, "dave"), e.EntityUpserted(entity_id="dave", name="Dave", type="person"),
         {"entity_id": "dave"}, "upsert_entity_new"),
@@ -191,6 +219,9 @@ SUCCESSES = [
         e.PreferenceExtracted(source_item_id=MESSAGE, rule_id="likes", category="food",
                               value="tea", confidence=0.7),
         {"source_item_id": str(MESSAGE)}, "record_preference"),
+    _ok(_retrieval_of(), StreamRef("retrieval", str(RETRIEVAL)),
+        e.RetrievalPerformed.model_validate(RETRIEVED), {"retrieval_id": str(RETRIEVAL)},
+        "record_retrieval"),
 ]
 
 
@@ -209,6 +240,19 @@ def test_an_accepted_command_yields_its_event_on_its_target_stream_and_reports_i
 def test_every_command_kind_has_a_success_case() -> None:
     covered = {type(case.values[0]) for case in SUCCESSES}
     assert covered == set(c.COMMANDS)
+
+
+@pytest.mark.parametrize(("spaces", "space"), [((), TENANT_SCOPE), ((SPACE,), SPACE),
+                                              ((SPACE, OTHER_SPACE), TENANT_SCOPE)])
+def test_a_retrieval_belongs_to_the_one_space_it_read_else_to_the_tenant(
+        spaces: tuple[str, ...], space: str) -> None:
+    assert decide(_retrieval_of(*spaces), CTX, lookup_in(WORLD)).space_id == space
+
+
+def test_a_retrieval_is_recorded_once() -> None:
+    recorded = {**WORLD, StreamRef("retrieval", str(RETRIEVAL)): _state(SPACE)}
+    with pytest.raises(Conflict):
+        decide(_retrieval_of(SPACE), CTX, lookup_in(recorded))
 
 
 def test_an_assertion_carries_its_session_and_valid_interval_to_the_decision() -> None:

@@ -353,7 +353,8 @@ def _pod_env(container: dict[str, Any]) -> dict[str, str]:
 def test_every_deployment_runs_a_subcommand_with_valid_settings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     deployments = _deployments()
-    assert set(deployments) == {"ingest", "relay", "projector", "enricher", "query"}
+    assert set(deployments) == {"ingest", "relay", "projector", "enricher", "lifecycle",
+                                "query"}
     for name, deployment in deployments.items():
         container = _container(deployment)
         assert container["args"] == [name]

@@ -1,12 +1,24 @@
 """Ranking as data: the score formula factor by factor, a repeatable order, the collapse of
 near-duplicates, and the modes' defaults."""
 
+import itertools
 import math
 from typing import Any
 
 import pytest
 
-from memledger_query.ranking import MODES, Candidate, Ranked, Recipe, collapse, rank, score
+from memledger_query.ranking import (
+    MODES,
+    Candidate,
+    Ranked,
+    Recipe,
+    Signals,
+    collapse,
+    policy_version,
+    rank,
+    score,
+    utility,
+)
 
 NOW = 1.79e9
 DAY = 86_400.0
@@ -73,6 +85,61 @@ def test_the_recipe_is_data_a_recipe_without_recency_ignores_age() -> None:
     old = candidate(dense=1.0, content_at=NOW - 10_000 * DAY)
     assert score(old, timeless, NOW).score == pytest.approx(0.7)
     assert score(old, RECIPE, NOW).score < 0.7 * 0.81
+
+
+# --- learned utility ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("signals", "expected"), [
+    (Signals(), 0.5),
+    (Signals(used=1), 2 / 3),
+    (Signals(unused=1), 1 / 3),
+    (Signals(reaffirmed=2), 3 / 4),
+    (Signals(used=1, unused=1), 0.5),
+    # a rating splits one vote: 5 is all positive, 1 all negative, 3 half and half
+    (Signals(rated=1, rating_sum=5), 2 / 3),
+    (Signals(rated=1, rating_sum=1), 1 / 3),
+    (Signals(rated=1, rating_sum=3), 0.5),
+    (Signals(rated=2, rating_sum=9), (1 + 1.75) / (2 + 2)),  # 5 and 4: 1.75 for, 0.25 against
+], ids=["none", "used", "unused", "reaffirmed twice", "used and unused", "rated 5",
+        "rated 1", "rated 3", "rated 5 and 4"])
+def test_utility_is_a_beta_estimate_from_the_signals(signals: Signals, expected: float) -> None:
+    assert utility(signals) == pytest.approx(expected)
+
+
+def test_each_further_signal_of_a_kind_moves_utility_less_and_never_past_the_bounds() -> None:
+    steps = [utility(Signals(used=n)) for n in range(6)]
+    gains = [b - a for a, b in itertools.pairwise(steps)]
+    assert gains == sorted(gains, reverse=True)
+    assert all(0 < u < 1 for u in [*steps, utility(Signals(unused=100))])
+
+
+def test_utility_scales_the_score_by_its_factor_and_explain_shows_the_counts() -> None:
+    plain = score(candidate(dense=1.0), RECIPE, NOW)
+    liked = score(candidate(dense=1.0), RECIPE, NOW, Signals(used=1, rated=1, rating_sum=5))
+    assert plain.explain["utility_factor"] == 1.0
+    assert liked.explain["utility"] == pytest.approx(3 / 4)
+    assert liked.score == pytest.approx(0.7 * (1 + 0.3 * 0.5))
+    assert liked.relevance == plain.relevance, "utility orders hits; it never lets one in"
+    assert {k: liked.explain[k] for k in ("signals_used", "signals_unused",
+                                          "signals_reaffirmed", "signals_rated",
+                                          "rating_mean")} == {
+        "signals_used": 1, "signals_unused": 0, "signals_reaffirmed": 0, "signals_rated": 1,
+        "rating_mean": 5.0}
+
+
+def test_feedback_reorders_two_equally_relevant_candidates() -> None:
+    found = [candidate("a", dense=0.8), candidate("b", dense=0.8)]
+    feedback = {"a": Signals(rated=2, rating_sum=2), "b": Signals(rated=2, rating_sum=10)}
+    assert [r.candidate.item_id for r in rank(found, RECIPE, NOW)] == ["a", "b"]
+    assert [r.candidate.item_id for r in rank(found, RECIPE, NOW, feedback)] == ["b", "a"]
+    unweighted = rank(found, Recipe(utility_weight=0.0), NOW, feedback)
+    assert [r.candidate.item_id for r in unweighted] == ["a", "b"]
+
+
+def test_the_policy_version_changes_with_the_recipe_and_the_model_only() -> None:
+    assert policy_version(Recipe(), "m") == policy_version(Recipe(), "m")
+    assert policy_version(Recipe(utility_weight=0.2), "m") != policy_version(Recipe(), "m")
+    assert policy_version(Recipe(), "other") != policy_version(Recipe(), "m")
 
 
 # --- the order ------------------------------------------------------------------------------

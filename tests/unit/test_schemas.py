@@ -16,6 +16,7 @@ from memledger_schemas.events import (
     CURRENT,
     HISTORIC,
     ConversationMessageAppended,
+    RetrievalPerformed,
 )
 from memledger_schemas.snapshots import SNAPSHOT_DIR, expected
 from memledger_schemas.subjects import Subjects
@@ -88,6 +89,21 @@ def test_a_v1_message_is_read_as_the_current_v2_with_text_renamed_to_content() -
     assert (payload.content, payload.participant) == ("hello", None)
     assert (payload.session_id, payload.message_id, payload.role) == (SESSION, MESSAGE, "user")
     assert envelope.payload == v1, "upcasting happens on read; the stored payload is untouched"
+
+
+def test_a_v1_retrieval_is_read_as_a_v2_search_whose_request_is_unknown() -> None:
+    v1 = {"retrieval_id": str(UUID(int=12)), "query": "tea?", "policy_version": "p1",
+          "basis": {"position": 5, "recorded_at": None, "valid_at": "2026-01-01T00:00:00Z"},
+          "item_ids": [str(UUID(int=13)), str(UUID(int=14))], "scores": [0.9, 0.4]}
+    envelope = EventEnvelope.model_validate(envelope_fields(
+        event_type="retrieval.performed", schema_version=1, payload=v1))
+
+    payload = envelope.typed_payload()
+
+    assert isinstance(payload, RetrievalPerformed)
+    assert (payload.operation, payload.query, payload.parameters) == ("search", "tea?", {})
+    assert [(r.ref, r.score, r.section) for r in payload.results] == [
+        (str(UUID(int=13)), 0.9, "results"), (str(UUID(int=14)), 0.4, "results")]
 
 
 def test_a_current_payload_is_read_as_is() -> None:

@@ -2,6 +2,7 @@
 tenants and spaces never leak, layers never repeat an item, the threshold and the subject
 filter cut, near-duplicates collapse."""
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from memledger_enricher.embedding import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document
-from memledger_query.ranking import MODES, Recipe
+from memledger_query.ranking import MODES, Recipe, Signals
 from memledger_query.semantic import Found, Layer, search
 
 NOW = 1.79e9
@@ -131,3 +132,25 @@ def test_an_item_not_yet_embedded_is_still_found_by_its_keywords() -> None:
     [hit] = layer.hits
     assert (hit.candidate.dense, hit.candidate.vector) == (None, None)
     assert hit.candidate.keyword is not None
+
+
+def test_the_signals_of_every_layers_candidates_are_looked_up_once_and_reorder_hits() -> None:
+    index = index_of(point(1, HOME, session="s1"), point(2, HOME + " today"),
+                     point(3, LEMON))
+    asked: list[set[str]] = []
+
+    def signals(ids: Collection[str]) -> Mapping[str, Signals]:
+        asked.append(set(ids))
+        return {"item-2": Signals(rated=3, rating_sum=15)}
+
+    layers = (Layer("session", scope(session="s1"), 5), Layer("space", scope(), 5))
+    plain = search(index, EMBEDDER.embed_query(QUERY), QUERY, layers, RECIPE,
+                   threshold=0.0, now=NOW)
+    rated = search(index, EMBEDDER.embed_query(QUERY), QUERY, layers, RECIPE,
+                   threshold=0.0, now=NOW, signals=signals)
+    assert asked == [{"item-1", "item-2", "item-3"}]
+    assert items(plain)[1] == ["item-3", "item-2"]
+    assert items(rated)[1] == ["item-2", "item-3"]
+    best = rated[1].hits[0]
+    assert best.explain["signals_rated"] == 3
+    assert best.explain["utility_factor"] > 1

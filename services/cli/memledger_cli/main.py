@@ -26,6 +26,9 @@ SERVICES = {
                   "models (distributed mode; `up` runs it for you)"),
     "enricher": ("memledger_enricher.bootstrap", "run the enricher alone: events -> "
                  "embeddings and extractions -> ingest (distributed mode; `up` runs it)"),
+    "lifecycle": ("memledger_projector.lifecycle_service", "run the lifecycle scheduler "
+                  "alone: policies and consolidation -> ingest (distributed mode; `up` runs "
+                  "it)"),
     "query": ("memledger_query.bootstrap", "run the query service alone, with the vector "
               "projector (distributed mode)"),
 }

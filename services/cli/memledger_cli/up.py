@@ -43,13 +43,14 @@ def up(settings: Settings) -> None:
                     grpc_address[0])
 
         async def services(stop: asyncio.Event) -> None:
-            # The relay, the projector and the enricher get processes (and cores) of their
-            # own; they stop after ingest, so the last commits are published and projected
-            # before they go. The vector index is fed inside this process (ADR 0006).
+            # The relay, the projector, the enricher and the lifecycle scheduler get processes
+            # (and cores) of their own; they stop after ingest, so the last commits are
+            # published and projected before they go. The vector index is fed inside this
+            # process (ADR 0006).
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
                 name, _child_argv(name), _child_env(endpoints, settings), children_stop))
-                for name in ("relay", "projector", "enricher")]
+                for name in ("relay", "projector", "enricher", "lifecycle")]
             query = await asyncio.to_thread(build_query, settings, endpoints.postgres_dsn)
             vectors = asyncio.create_task(query.project_vectors(
                 settings, endpoints.nats_url, children_stop))

@@ -28,8 +28,8 @@ from memledger_projector import rebuild, schema, store
 from memledger_projector.projection import event_of
 from memledger_query.vector_summary import Digests, Row, micros, summarize
 
-_TABLES = ("spaces", "agents", "sessions", "messages", "preferences", "items", "item_versions",
-           "entities", "relations", "changes")
+_TABLES = ("spaces", "agents", "sessions", "messages", "preferences", "signals", "mentions",
+           "items", "item_versions", "entities", "relations", "changes")
 _VERSION_ROW = "(t.tenant_id, t.item_id, t.valid, t.sys_from, t.sys_to, t.attrs, t.cause)"
 _BATCH = 5_000
 

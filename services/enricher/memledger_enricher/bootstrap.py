@@ -4,10 +4,10 @@ import asyncio
 import logging
 
 from memledger_enricher import embedders
-from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import DURABLE, Enricher
 from memledger_platform import bus, telemetry
 from memledger_platform.crypto import Opener
+from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug

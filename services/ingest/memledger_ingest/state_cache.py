@@ -17,21 +17,23 @@ class StateCache:
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._entries: dict[int, tuple[int, str, str, int, str | None]] = {}
+        self._entries: dict[int, tuple[int, str, str, int, str | None, str | None,
+                                       tuple[tuple[str, str], ...]]] = {}
 
     def get(self, sid: UUID) -> StreamState | None:
         entry = self._entries.get(sid.int)
         if entry is None:
             return None
-        version, space_id, status, policy_version, subject = entry
+        version, space_id, status, policy_version, subject, holder, cardinality = entry
         return StreamState(version, space_id, status, policy_version,  # type: ignore[arg-type]
-                           subject)
+                           subject, holder, cardinality)
 
     def put_all(self, states: dict[UUID, StreamState]) -> None:
         for sid, state in states.items():
             self._entries.pop(sid.int, None)  # re-insert: most recent last
             self._entries[sid.int] = (state.version, state.space_id, state.status,
-                                      state.policy_version, state.subject)
+                                      state.policy_version, state.subject, state.holder,
+                                      state.cardinality)
         while len(self._entries) > self._size:
             del self._entries[next(iter(self._entries))]
 
@@ -44,6 +46,7 @@ def fold_state(events: list[RecordedEvent]) -> StreamState:
     state: StreamState | None = None
     for event in events:
         fields = event.fields()
-        state = evolve(state, event.event_type, fields["space_id"], fields.get("subject_id"))
+        state = evolve(state, event.event_type, fields["space_id"], fields.get("subject_id"),
+                       fields.get("payload"))
     assert state is not None
     return state

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
 _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
+_STATEFUL = frozenset({"space.policy_set", "triple.claimed"})
+"""Events whose payload the write side's stream state keeps something of."""
+
 _RETRIES = 25
 """Attempts for a submission that keeps losing races to other writers on the same stream."""
 
@@ -236,11 +239,13 @@ class GroupCommitWriter:
                     fresh.add(target_of(cmd, ctx).stream_id(unit.tenant))
         states = {sid: cached for sid in wanted - fresh
                   if (cached := self._cache.get(sid)) is not None}
-        missing = [sid for sid in wanted if sid not in states]
+        return states | self._read_states([sid for sid in wanted if sid not in states])
+
+    def _read_states(self, sids: list[UUID]) -> dict[UUID, StreamState]:
         loaded = {sid: fold_state(events)
-                  for sid, events in self._store.read_streams(missing).items() if events}
+                  for sid, events in self._store.read_streams(sids).items() if events}
         self._remember(loaded)
-        return states | loaded
+        return loaded
 
     def _remember(self, states: dict[UUID, StreamState]) -> None:
         self._cache.put_all(states)
@@ -273,13 +278,20 @@ class GroupCommitWriter:
         overlay = plan.states
 
         def lookup(ref: StreamRef) -> StreamState | None:
-            return overlay.get(ref.stream_id(ctx.tenant))
+            sid = ref.stream_id(ctx.tenant)
+            if sid not in overlay and ref.kind == "item" and ref.key != ctx.fresh_key:
+                # An item found only through another stream's state (a slot's holder): read
+                # now, since it could not be named before the decision began.
+                overlay.update(self._read_states([sid]))
+            return overlay.get(sid)
 
         try:
             self._source_not_erased(cmd)
             decision = decide(cmd, ctx, lookup)
         except DomainError as error:
             raise Rejected(index, error) from error
+        for caused in decision.also:
+            plan.events.extend(self._envelopes(plan, cmd, ctx, caused))
         start = len(plan.events)
         plan.events.extend(self._envelopes(plan, cmd, ctx, decision))
         plan.slices.append((start, len(plan.events), decision))
@@ -339,8 +351,9 @@ class GroupCommitWriter:
                                                  payload.event_type, str(event_id), key))
             data = b"".join((head[:-1], b',"payload":', body, b"}"))
             events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
-            plan.states[stream_id] = evolve(state, payload.event_type, decision.space_id,
-                                            subject)
+            plan.states[stream_id] = evolve(
+                state, payload.event_type, decision.space_id, subject,
+                payload.model_dump(mode="json") if payload.event_type in _STATEFUL else None)
         return events
 
     def _source_not_erased(self, cmd: CommandBase) -> None:

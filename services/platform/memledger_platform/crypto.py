@@ -33,7 +33,7 @@ PERSONAL: dict[str, dict[str, Any]] = {
     "memory.entities_extracted": {"entities": []},
     "entity.upserted": {"name": ERASED, "aliases": []},
     "feedback.recorded": {"comment": None},
-    "retrieval.performed": {"query": ERASED},
+    "retrieval.performed": {"query": ERASED, "subject": ERASED},
 }
 """Event type → personal field → what a reader sees once the subject is erased."""
 

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     cohere_base_url: str | None = None
     enricher_batch: int = Field(default=64, ge=1, le=1_000)
     enricher_reply_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    lifecycle_interval_seconds: float = Field(
+        default=60.0, ge=0.05, le=86_400, description="how often the lifecycle scheduler "
+        "applies the space policies (expiry, retention, decay) and consolidation")
     qdrant_url: str | None = Field(default=None, description="distributed mode: a Qdrant "
                                    "server; otherwise Qdrant Edge under the data directory")
     qdrant_collection: str = Field(default="memledger", pattern=r"^[A-Za-z0-9_-]{1,64}$")

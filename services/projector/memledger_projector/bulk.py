@@ -78,6 +78,10 @@ class Loader:
         return set(self.projection.items) | set(self.projection.rows)
 
     def holds_only_items(self) -> bool:
+        """Whether this part holds nothing the other part could hold too: items and the
+        mentions extracted from them and their reaffirmation signals (``memory.*`` events,
+        routed here; a mention or signal row is keyed by its own event's position, so it is
+        never folded on both sides)."""
         p = self.projection
         return not (p.spaces or p.agents or p.sessions or p.messages or p.preferences
                     or p.entities or p.relations)

@@ -44,6 +44,8 @@ def scrub(conn: Connection[Any], schema: str, base: str, tenant: str, subject: s
             "UPDATE {}.preferences SET value = %s WHERE tenant_id = %s AND "
             "position = ANY(%s)").format(s),
             (ERASED, tenant, [pos for pos, _ in keys["preference.extracted"]])),
+        "mentions": _scrub_mentions(conn, s, tenant, [
+            pos for pos, _ in keys["memory.entities_extracted"]]),
         "entities": _count(conn, sql.SQL(
             "UPDATE {}.entities SET name = %s, aliases = '{{}}' WHERE tenant_id = %s AND "
             "entity_id = ANY(%s)").format(s),
@@ -62,6 +64,18 @@ def _subject_events(conn: Connection[Any], base: str, tenant: str, subject: str,
     ).format(sql.Identifier(base), sql.Identifier(EVENTS_TABLE)),
         (before, tenant, subject)).fetchall()
     return [(int(position), doc["event_type"], doc["payload"]) for position, doc in rows]
+
+
+def _scrub_mentions(conn: Connection[Any], s: sql.Identifier, tenant: str, positions: list[int]
+                    ) -> int:
+    """Each extraction keeps its first row, nameless: what a rebuild makes of an extraction
+    whose entities open to ``[]``."""
+    params = (tenant, positions)
+    return _count(conn, sql.SQL(
+        "DELETE FROM {}.mentions WHERE tenant_id = %s AND position = ANY(%s) AND ordinal > 0"
+    ).format(s), params) + _count(conn, sql.SQL(
+        "UPDATE {}.mentions SET name = NULL, name_key = NULL, type = NULL WHERE tenant_id = %s "
+        "AND position = ANY(%s) AND name IS NOT NULL").format(s), params)
 
 
 def _scrub_changes(conn: Connection[Any], schema: str,

@@ -52,6 +52,9 @@ class Projection:
     sessions: dict[Key, dict[str, Any]] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
     preferences: list[dict[str, Any]] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    """Feedback on items and their reaffirmations, one row each (what learned utility counts)."""
+    mentions: list[dict[str, Any]] = field(default_factory=list)
     items: dict[Key, dict[str, Any]] = field(default_factory=dict)
     rows: dict[Key, list[Version]] = field(default_factory=dict)
     """Every row of each item held here: current ones, and those closed while held."""
@@ -159,6 +162,24 @@ def _preference_extracted(p: Projection, e: Event) -> None:
         "confidence": e.payload["confidence"], "recorded_at": e.recorded_at})
 
 
+def _entities_extracted(p: Projection, e: Event) -> None:
+    # An extraction that found nothing (or whose entities were erased: they open to []) still
+    # gets a row, nameless: it replaces the item's earlier extractions all the same.
+    for ordinal, entity in enumerate(e.payload.get("entities") or [None]):
+        name = entity["name"] if entity else None
+        p.mentions.append({
+            "tenant_id": e.tenant_id, "space_id": e.space_id,
+            "item_id": e.payload["item_id"], "item_version": e.payload["item_version"],
+            "position": e.position, "ordinal": ordinal, "name": name,
+            "name_key": name_key(name) if name else None,
+            "type": entity["type"] if entity else None})
+
+
+def name_key(name: str) -> str:
+    """How a name is matched: casefolded (so "Straße" finds "STRASSE")."""
+    return name.casefold()
+
+
 def _asserted(p: Projection, e: Event) -> None:
     key = (e.tenant_id, e.payload["item_id"])
     p.items[key] = {
@@ -169,7 +190,8 @@ def _asserted(p: Projection, e: Event) -> None:
         "created_at": e.recorded_at, "updated_at": e.recorded_at, "reaffirmed_at": None,
         "retracted_position": None, "superseded_position": None, "archived_position": None}
     p.dirty.add(("items", key))
-    attrs = temporal.attrs_of({f: e.payload.get(f) for f in ITEM_FIELDS})
+    attrs = temporal.attrs_of({**{f: e.payload.get(f) for f in ITEM_FIELDS},
+                               "layer": layer_of(e)})
     start = e.valid_from or e.recorded_at
     p.change_rows(key, temporal.put(p.current(key), start, e.valid_to, attrs, e.position,
                                     e.cause), e.position)
@@ -195,11 +217,53 @@ def _retracted(p: Projection, e: Event) -> None:
 
 
 def _superseded(p: Projection, e: Event) -> None:
-    _ended(p, e, "superseded", e.recorded_at)
+    _ended(p, e, "superseded", _instant(e.payload.get("valid_until")) or e.recorded_at)
+
+
+def _promoted(p: Projection, e: Event) -> None:
+    _reclassify(p, e, {"layer": e.payload["layer"]})
+
+
+def _merged(p: Projection, e: Event) -> None:
+    # The survivor keeps the provenance of every duplicate folded into it.
+    current = p.current((e.tenant_id, e.payload["item_id"]))
+    known = list(dict(current[0].attrs).get("sources") or ()) if current else []
+    sources = known + [s for s in e.payload.get("sources", ()) if s not in known]
+    _reclassify(p, e, {"sources": sources})
+
+
+def _reclassify(p: Projection, e: Event, changes: dict[str, Any]) -> None:
+    """Change attributes over all of the item's valid time, from this position on: what it
+    is (its layer, its provenance) rather than what was true when."""
+    key = _touch(p, e)
+    current = p.current(key)
+    if current:
+        start = min(r.valid_from for r in current)
+        p.change_rows(key, temporal.patch(current, start, None, changes, e.position, e.cause),
+                      e.position)
+
+
+def layer_of(e: Event) -> str:
+    """The layer an assertion put its item in (v1 events name none: from the envelope)."""
+    layer = e.payload.get("layer")
+    return str(layer) if layer else ("session" if e.session_id else "project")
 
 
 def _reaffirmed(p: Projection, e: Event) -> None:
     _touch(p, e, reaffirmed_at=e.recorded_at)
+    _signal(p, e, "reaffirmed")
+
+
+def _feedback_recorded(p: Projection, e: Event) -> None:
+    _signal(p, e, e.payload["signal"], e.payload.get("rating"))
+
+
+def _signal(p: Projection, e: Event, signal: str, rating: int | None = None) -> None:
+    # No comment kept: it is personal, and ranking needs only the signal.
+    p.signals.append({
+        "tenant_id": e.tenant_id, "space_id": e.space_id, "position": e.position,
+        "item_id": e.payload["item_id"], "signal": signal, "rating": rating,
+        "recorded_at": e.recorded_at})
 
 
 def _archived(p: Projection, e: Event) -> None:
@@ -256,13 +320,15 @@ _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
     "conversation.message_appended": _message_appended, "memory.asserted": _asserted,
     "memory.revised": _revised, "memory.retracted": _retracted,
     "memory.superseded": _superseded, "memory.reaffirmed": _reaffirmed,
-    "memory.archived": _archived, "preference.extracted": _preference_extracted,
-    "entity.upserted": _entity_upserted,
+    "memory.archived": _archived, "memory.promoted": _promoted, "memory.merged": _merged,
+    "preference.extracted": _preference_extracted, "feedback.recorded": _feedback_recorded,
+    "memory.entities_extracted": _entities_extracted, "entity.upserted": _entity_upserted,
     "relation.asserted": _relation_asserted, "relation.retracted": _relation_retracted,
 }
 
 
-_SUBJECTS = ("item_id", "session_id", "entity_id", "relation_id", "feedback_id", "agent_id")
+_SUBJECTS = ("item_id", "session_id", "entity_id", "relation_id", "feedback_id", "agent_id",
+             "retrieval_id")
 
 
 def subject_of(e: Event) -> str:

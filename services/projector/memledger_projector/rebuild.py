@@ -41,7 +41,8 @@ costs ~0.3 s)."""
 _HASHED = {
     "spaces": "tenant_id, space_id", "agents": "tenant_id, agent_id",
     "sessions": "tenant_id, session_id", "messages": "tenant_id, message_id",
-    "preferences": "tenant_id, position",
+    "preferences": "tenant_id, position", "signals": "tenant_id, position",
+    "mentions": "tenant_id, position, ordinal",
     "items": "tenant_id, item_id", "entities": "tenant_id, space_id, entity_id",
     "relations": "tenant_id, relation_id", "changes": "position",
 }

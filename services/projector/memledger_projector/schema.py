@@ -40,6 +40,19 @@ CREATE TABLE IF NOT EXISTS {s}.preferences (
     rule_id text NOT NULL, category text NOT NULL, value text NOT NULL,
     confidence float8 NOT NULL, recorded_at timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, position));
+-- one row per feedback.recorded (signal rating, used or unused) and memory.reaffirmed
+-- (signal reaffirmed): what an item's learned utility is computed from, as of a position
+CREATE TABLE IF NOT EXISTS {s}.signals (
+    tenant_id text, space_id text NOT NULL, position bigint, item_id uuid NOT NULL,
+    signal text NOT NULL, rating smallint, recorded_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, position));
+-- one row per entity an extraction found (ordinal: its place in the list); an extraction
+-- that found none (or whose entities were erased) keeps one nameless row, so it still
+-- counts as the item's latest extraction
+CREATE TABLE IF NOT EXISTS {s}.mentions (
+    tenant_id text, space_id text NOT NULL, item_id uuid NOT NULL, item_version int NOT NULL,
+    position bigint, ordinal int, name text, name_key text, type text,
+    PRIMARY KEY (tenant_id, position, ordinal));
 CREATE TABLE IF NOT EXISTS {s}.items (
     tenant_id text, space_id text NOT NULL, item_id uuid, kind text NOT NULL,
     status text NOT NULL, superseded_by uuid, session_id uuid, agent_id text,
@@ -73,10 +86,26 @@ _INDEXES = {
                 "(tenant_id, session_id, position);",
     "preferences": "CREATE INDEX IF NOT EXISTS preferences_by_space ON {s}.preferences "
                    "(tenant_id, space_id, position);",
+    "signals": """
+CREATE INDEX IF NOT EXISTS signals_by_item ON {s}.signals (tenant_id, item_id, position);
+CREATE INDEX IF NOT EXISTS signals_by_space ON {s}.signals (tenant_id, space_id, signal,
+                                                            position);
+""",
+    "mentions": """
+CREATE INDEX IF NOT EXISTS mentions_by_name ON {s}.mentions (tenant_id, space_id, name_key,
+                                                              position);
+CREATE INDEX IF NOT EXISTS mentions_by_item ON {s}.mentions (tenant_id, item_id, position);
+""",
     "items": "CREATE INDEX IF NOT EXISTS items_by_space ON {s}.items "
              "(tenant_id, space_id, status);",
     "item_versions": "CREATE INDEX IF NOT EXISTS versions_by_item ON {s}.item_versions "
                      "(tenant_id, item_id, sys_from);",
+    "relations": """
+CREATE INDEX IF NOT EXISTS relations_by_source ON {s}.relations (tenant_id, space_id,
+                                                                 source_entity);
+CREATE INDEX IF NOT EXISTS relations_by_target ON {s}.relations (tenant_id, space_id,
+                                                                 target_entity);
+""",
     "changes": """
 CREATE INDEX IF NOT EXISTS changes_by_space ON {s}.changes (tenant_id, space_id, position);
 CREATE INDEX IF NOT EXISTS changes_by_subject ON {s}.changes (tenant_id, subject, position);

@@ -196,6 +196,8 @@ def _write_logs(conn: Connection[Any], s: str, projection: Projection) -> None:
     """The append-only tables: every row in them is new."""
     copy_rows(conn, s, "messages", projection.messages)
     copy_rows(conn, s, "preferences", projection.preferences)
+    copy_rows(conn, s, "signals", projection.signals)
+    copy_rows(conn, s, "mentions", projection.mentions)
     copy_lines(conn, s, "changes", CHANGE_COLUMNS, [change_line_of(c)
                                                     for c in projection.changes])
 

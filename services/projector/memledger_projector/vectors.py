@@ -21,7 +21,7 @@ from typing import Any
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint
 from memledger_projector import temporal
-from memledger_projector.projection import Event, event_from
+from memledger_projector.projection import Event, event_from, layer_of
 from memledger_projector.temporal import Version
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("6c0b7c4e-61c7-4f0a-9a43-3f1f4b1f3a10")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EVENT_TYPES = ("memory.asserted", "memory.revised", "memory.retracted", "memory.superseded",
-               "memory.archived", "memory.embedded")
+               "memory.archived", "memory.promoted", "memory.embedded")
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -111,7 +111,7 @@ class VectorFold:
         e = ve.event
         attrs = {f: e.payload.get(f) for f in _FIELDS}
         attrs.update(space=e.space_id, session=e.session_id, agent=e.agent_id,
-                     subject_id=ve.subject_id,
+                     subject_id=ve.subject_id, layer=layer_of(e),
                      content_version=ve.stream_version, content_at=_epoch(e.recorded_at))
         self._change(key, item, e, temporal.put(
             self._current(item), e.valid_from or e.recorded_at, e.valid_to,
@@ -135,8 +135,19 @@ class VectorFold:
 
     def _superseded(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
         e = ve.event
-        self._change(key, item, e, temporal.end_at(self._current(item), e.recorded_at,
-                                                   e.position))
+        until = e.payload.get("valid_until")
+        instant = datetime.fromisoformat(until) if isinstance(until, str) else (
+            until or e.recorded_at)
+        self._change(key, item, e, temporal.end_at(self._current(item), instant, e.position))
+
+    def _promoted(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
+        # The layer over all of the item's valid time, from this position on (as the
+        # PostgreSQL model has it): searches as of before the promotion see the old layer.
+        current = self._current(item)
+        if current:
+            self._change(key, item, ve.event, temporal.patch(
+                current, min(r.valid_from for r in current), None,
+                {"layer": ve.event.payload["layer"]}, ve.event.position, ()))
 
     def _archived(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
         # Forgotten: hidden from search from this position on, kept for as-of before it.
@@ -218,7 +229,7 @@ class VectorFold:
 _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, VectorEvent], None]] = {
     "memory.asserted": VectorFold._asserted, "memory.revised": VectorFold._revised,
     "memory.retracted": VectorFold._retracted, "memory.superseded": VectorFold._superseded,
-    "memory.archived": VectorFold._archived,
+    "memory.archived": VectorFold._archived, "memory.promoted": VectorFold._promoted,
 }
 
 
@@ -236,7 +247,8 @@ def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id:
         "valid_to": OPEN if row.valid_to is None else _epoch(row.valid_to),
         "sys_from": float(row.sys_from),
         "sys_to": OPEN if row.sys_to is None else float(row.sys_to),
-        "archived_from": archived_from, "subject_id": a.get("subject_id")}
+        "archived_from": archived_from, "subject_id": a.get("subject_id"),
+        "layer": a.get("layer") or ("session" if a["session"] else "project")}
     return IndexedPoint(point_id, vector, payload, sparse.encode_document(a["content"]))
 
 
@@ -250,6 +262,7 @@ def _item_of(points: list[IndexedPoint]) -> _Item:
                   if p.get("subject") is not None else None)
         attrs.update(tags=tuple(p.get("tags") or ()), triple=triple, space=p["space"],
                      session=p["session"], agent=p["agent"], subject_id=p.get("subject_id"),
+                     layer=p.get("layer"),
                      content_version=int(p["content_version"]), content_at=p["content_at"])
         row = Version(_instant(p["valid_from"]), None if p["valid_to"] >= OPEN else _instant(
             p["valid_to"]), int(p["sys_from"]), None if p["sys_to"] >= OPEN else int(p["sys_to"]),

@@ -21,6 +21,7 @@ from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import Settings
@@ -28,9 +29,10 @@ from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import grpc_api
+from memledger_query import grpc_api, lifecycle_http, retrieval_http
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
+from memledger_query.recorder import IntakeRecorder
 from memledger_query.semantic_http import Semantic, add_routes
 
 QUERY_PORT = 8421
@@ -48,16 +50,30 @@ class QueryService:
     grpc: grpc_server.Register
     """Registers the query gRPC API on a server."""
     keyring_pool: ConnectionPool[Any] | None = None
+    recorder: IntakeRecorder | None = None
+    """Records audited retrievals over the NATS connection ``project_vectors`` opens."""
 
     async def project_vectors(self, settings: Settings, nats_url: str, stop: asyncio.Event
                               ) -> None:
-        """Keep the vector index fed from the events stream until ``stop`` is set."""
+        """Keep the vector index fed from the events stream until ``stop`` is set; meanwhile
+        audited retrievals are sent to intake over the same connection (the service's one)."""
         nc = await bus.connect(nats_url, "memledger-vectors")
+        intake: IntakeClient | None = None
         try:
             js = nc.jetstream()
             await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+            # An audited call waits for its record: no longer than the call itself may take.
+            intake = IntakeClient(nc, js, settings.subjects,
+                                  timeout_seconds=settings.http_request_timeout_seconds)
+            await intake.start()
+            if self.recorder is not None:
+                self.recorder.attach(intake)
             await self.vectors.run(js, stop)
         finally:
+            if self.recorder is not None:
+                self.recorder.attach(None)
+            if intake is not None:
+                await intake.close()
             await nc.close()
 
     def close(self) -> None:
@@ -99,11 +115,15 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
-    semantic = Semantic(index, embedder, vectors, reader)
+    recorder = IntakeRecorder()
+    semantic = Semantic(index, embedder, vectors, reader, recorder=recorder)
     add_routes(app, semantic)
+    retrieval_http.add_routes(app, semantic)
+    lifecycle_http.add_routes(app, reader)
     reads = grpc_server.tenant_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, vectors, gate,
-                        grpc_api.registrar(reader, store, semantic, reads), keyring_pool)
+                        grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
+                        recorder)
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,

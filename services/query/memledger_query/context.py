@@ -27,11 +27,13 @@ def tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class Entry:
-    """One line of the bundle (``ref``: the id of what it came from)."""
+    """One line of the bundle (``ref``: the id of what it came from; ``flag``: what kind of
+    entry it is, when the text alone would not say, e.g. a steering-rule candidate)."""
 
     text: str
     ref: str
     score: float | None = None
+    flag: str | None = None
 
     @property
     def line(self) -> str:

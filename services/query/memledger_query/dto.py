@@ -36,6 +36,8 @@ class Item(Frozen):
     known_since_position: int
     session_id: str | None
     agent_id: str | None
+    layer: str = "project"
+    """"session" (found only by naming its session), "project" or "ecosystem"."""
 
 
 class ItemAnswer(Frozen):
@@ -120,11 +122,30 @@ class Relation(Frozen):
     target_entity: str
     confidence: float
     status: str
+    # Defaults only so a client can read an older server's answer, which had no interval.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    """When the relation holds: [valid_from, valid_to), open-ended without ``valid_to``."""
 
 
 class Graph(Frozen):
     basis: Basis
     entities: list[Entity]
+    relations: list[Relation]
+
+
+class Neighbour(Entity):
+    depth: int
+    """How many relations away from the entity asked about (1 to the depth asked for)."""
+
+
+class Neighbours(Frozen):
+    """The entities reached from ``entity`` over the relations live at the basis (either
+    direction), and every relation walked to reach them."""
+
+    basis: Basis
+    entity: Entity
+    neighbours: list[Neighbour]
     relations: list[Relation]
 
 
@@ -138,3 +159,63 @@ class Preference(Frozen):
     source_item_id: str
     position: int
     recorded_at: datetime
+
+
+class ChainItem(Frozen):
+    """One item of a supersession chain, with its last version known at the basis."""
+
+    item_id: str
+    kind: str
+    status: str
+    created_position: int
+    content: str | None
+    triple: dict[str, Any] | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+
+
+class ChainLink(Frozen):
+    item_id: str
+    superseded_by: str
+    reason: str | None
+    """"contradiction", "restated", "merged: ...", or the reason a client gave."""
+    position: int
+    recorded_at: datetime
+    valid_until: str | None
+    actor: str | None
+
+
+class ChainAnswer(Frozen):
+    basis: Basis
+    item_id: str
+    items: list[ChainItem]
+    links: list[ChainLink]
+
+
+class PolicyVersion(Frozen):
+    policy_version: int
+    position: int
+    recorded_at: datetime
+    actor: str | None
+    policy: dict[str, Any]
+
+
+class PolicyHistory(Frozen):
+    basis: Basis
+    space_id: str
+    versions: list[PolicyVersion]
+
+
+class MergeSuggestion(Frozen):
+    item_id: str
+    similar_to: str
+    similarity: float
+    policy_version: int
+    position: int
+    recorded_at: datetime
+
+
+class MergeSuggestions(Frozen):
+    basis: Basis
+    space_id: str
+    suggestions: list[MergeSuggestion]

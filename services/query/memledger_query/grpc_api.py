@@ -50,7 +50,7 @@ from memledger_query.semantic_dto import (
     Strict,
     TimeTravel,
 )
-from memledger_query.semantic_http import Semantic, _basis, _context, _search, _wait_read_model
+from memledger_query.semantic_http import Semantic, answer_context, answer_search
 from memledger_schemas.grpc.v1 import query_pb2 as pb
 from memledger_schemas.grpc.v1 import query_pb2_grpc
 
@@ -173,8 +173,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
         tenant, body = await caller(context, self._resolve_tenant), _params(SearchRequest,
                                                                              request)
         with _refusing():
-            at = await _basis(self._semantic, body)
-            answer = await asyncio.to_thread(_search, self._semantic, tenant, body, at)
+            answer = await answer_search(self._semantic, tenant, "grpc", body)
             return _message(answer, pb.SearchAnswer())
 
     @override
@@ -183,9 +182,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
         tenant, body = await caller(context, self._resolve_tenant), _params(ContextRequest,
                                                                              request)
         with _refusing():
-            at = await _basis(self._semantic, body)
-            await _wait_read_model(self._semantic, body, at)
-            answer = await asyncio.to_thread(_context, self._semantic, tenant, body, at)
+            answer = await answer_context(self._semantic, tenant, "grpc", body)
             return _message(answer, pb.ContextAnswer())
 
     @override

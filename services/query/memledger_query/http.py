@@ -36,8 +36,10 @@ from memledger_query.dto import (
     Conversation,
     Graph,
     History,
+    Item,
     ItemAnswer,
     ItemList,
+    Neighbours,
 )
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_schemas.types import SLUG_PATTERN
@@ -92,6 +94,7 @@ AsOf = Annotated[int | None, Query(ge=0, description="system time as a global po
 RecordedAt = Annotated[Instant, Query(description="system time as a timestamp")]
 MinPosition = Annotated[int | None, Query(ge=0, description="wait until projected")]
 WaitMs = Annotated[int, Query(ge=0, le=30_000)]
+Depth = Annotated[int, Query(ge=1, le=views.MAX_DEPTH, description="relations away")]
 
 
 def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
@@ -292,10 +295,42 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
         return _json(found)
 
     @app.get("/v1/spaces/{space_id}/graph", response_model=Graph)
-    async def graph(space_id: str, x_tenant: Tenant = None, as_of_position: AsOf = None,
+    async def graph(space_id: str, x_tenant: Tenant = None, valid_at: ValidAt = None,
+                    as_of_position: AsOf = None, recorded_at: RecordedAt = None,
                     min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Response:
         return _json(await read(_needs(min_position, as_of_position), wait_ms, _graph,
-                                tenant_of(x_tenant), space_id, as_of_position))
+                                tenant_of(x_tenant), space_id, valid_at or datetime.now(UTC),
+                                as_of_position, recorded_at))
+
+    # ``:path``: an entity id may hold a "/" (ids are the client's, e.g. "wikidata/Q42").
+    @app.get("/v1/spaces/{space_id}/entities/{entity_id:path}/neighbours",
+             response_model=Neighbours)
+    async def neighbours(space_id: str, entity_id: str, x_tenant: Tenant = None,
+                         depth: Depth = 1, valid_at: ValidAt = None,
+                         as_of_position: AsOf = None, recorded_at: RecordedAt = None,
+                         min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+                         ) -> Response:
+        at, found = await read(_needs(min_position, as_of_position), wait_ms, _neighbours,
+                               tenant_of(x_tenant), space_id, entity_id, depth,
+                               valid_at or datetime.now(UTC), as_of_position, recorded_at)
+        if found is None:
+            raise _no_entity(entity_id, space_id, at)
+        return _json(found)
+
+    @app.get("/v1/spaces/{space_id}/entities/{entity_id:path}/items", response_model=ItemList)
+    async def items_mentioning(space_id: str, entity_id: str, x_tenant: Tenant = None,
+                               valid_at: ValidAt = None, as_of_position: AsOf = None,
+                               recorded_at: RecordedAt = None,
+                               limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                               min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+                               ) -> Response:
+        at, found = await read(_needs(min_position, as_of_position), wait_ms, _mentioning,
+                               tenant_of(x_tenant), space_id, entity_id,
+                               valid_at or datetime.now(UTC), as_of_position, recorded_at,
+                               limit)
+        if found is None:
+            raise _no_entity(entity_id, space_id, at)
+        return _json(ItemList(basis=at, items=found))
 
     @app.get("/v1/query/health")
     async def health() -> dict[str, Any]:
@@ -337,9 +372,29 @@ def _conversation(conn: Any, s: str, tenant: str, space: str, session: str,
     return views.conversation(conn, s, tenant, space, session, at, limit)
 
 
-def _graph(conn: Any, s: str, tenant: str, space: str, position: int | None) -> Graph:
-    return views.graph(conn, s, tenant, space, views.basis(conn, s, datetime.now(UTC),
-                                                           position, None))
+def _graph(conn: Any, s: str, tenant: str, space: str, when: datetime, position: int | None,
+           recorded_at: datetime | None) -> Graph:
+    return views.graph(conn, s, tenant, space, views.basis(conn, s, when, position,
+                                                           recorded_at))
+
+
+def _neighbours(conn: Any, s: str, tenant: str, space: str, entity: str, depth: int,
+                when: datetime, position: int | None, recorded_at: datetime | None
+                ) -> tuple[Basis, Neighbours | None]:
+    at = views.basis(conn, s, when, position, recorded_at)
+    return at, views.neighbours(conn, s, tenant, space, entity, depth, at)
+
+
+def _mentioning(conn: Any, s: str, tenant: str, space: str, entity: str, when: datetime,
+                position: int | None, recorded_at: datetime | None, limit: int
+                ) -> tuple[Basis, list[Item] | None]:
+    at = views.basis(conn, s, when, position, recorded_at)
+    return at, views.items_mentioning(conn, s, tenant, space, entity, at, limit)
+
+
+def _no_entity(entity: str, space: str, at: Basis) -> Problem:
+    return Problem(404, "not_found", f"entity {entity!r} not found in space {space!r} as of "
+                   f"position {at.position}")
 
 
 # --- small parsers ----------------------------------------------------------------------------

@@ -1,19 +1,33 @@
 """Ranking search candidates: pure, so a ranking can be explained and repeated.
 
 The recipe is data (``Recipe``): how dense and keyword relevance are fused, how fast each kind
-of memory fades, how much importance and confidence count, and when two hits are the same
-memory. Relevance is what a mode's threshold cuts on; the final score orders the results:
+of memory fades, how much importance, confidence and learned utility count, and when two hits
+are the same memory. Relevance is what a mode's threshold cuts on; the final score orders the
+results:
 
     relevance = dense_weight * max(cosine, 0) + keyword_weight * bm25 / (bm25 + keyword_half)
     decay     = 0.5 ** (age_days / half_life_days[kind])       (computed now, never stored)
     final     = relevance * (1 - recency_weight + recency_weight * decay)
                           * (1 + importance_weight * (importance - 0.5))
                           * (1 - confidence_weight * (1 - confidence))
+                          * (1 + utility_weight * (2 * utility - 1))
+
+Learned utility is a Beta(1, 1) estimate of "this item helps" from the item's signals as of the
+search's basis (``feedback.recorded`` and ``memory.reaffirmed`` at or before its position):
+
+    positive  = used + reaffirmed + sum((rating - 1) / 4)     (a rating 1-5 splits one vote:
+    negative  = unused + sum((5 - rating) / 4)                 5 is all positive, 1 all negative)
+    utility   = (1 + positive) / (2 + positive + negative)     (no signals: 0.5, factor 1)
+
+so the utility factor lies in (1 - utility_weight, 1 + utility_weight) and moves less with
+each further signal of the same kind.
 """
 
+import hashlib
+import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -48,11 +62,49 @@ class Recipe:
     recency_weight: float = 0.2
     importance_weight: float = 0.2
     confidence_weight: float = 0.3
+    utility_weight: float = 0.3
+    """How far learned utility moves a score (0: feedback does not count)."""
     duplicate_cosine: float = 0.95
     half_life_days: dict[str, float] = field(default_factory=lambda: {
         "decision": 365.0, "correction": 365.0, "steering_rule": 730.0, "procedure": 365.0,
         "preference": 180.0, "fact": 180.0, "observation": 30.0, "episode": 14.0})
     default_half_life_days: float = 30.0
+
+
+@dataclass(frozen=True)
+class Signals:
+    """An item's feedback as of a basis: how many of each signal, and its ratings' sum."""
+
+    used: int = 0
+    unused: int = 0
+    reaffirmed: int = 0
+    rated: int = 0
+    rating_sum: int = 0
+
+    @property
+    def positive(self) -> float:
+        return self.used + self.reaffirmed + (self.rating_sum - self.rated) / 4
+
+    @property
+    def negative(self) -> float:
+        return self.unused + (5 * self.rated - self.rating_sum) / 4
+
+
+NO_SIGNALS = Signals()
+
+
+def utility(signals: Signals) -> float:
+    """The learned utility in (0, 1): 0.5 without signals (see the module docstring)."""
+    return (1 + signals.positive) / (2 + signals.positive + signals.negative)
+
+
+def policy_version(recipe: Recipe, model: str) -> str:
+    """A short digest of everything that decides a ranking besides the data: the recipe, the
+    modes' defaults and the embedding model. Equal versions rank the same data the same."""
+    policy = {"recipe": asdict(recipe), "modes": {m: asdict(d) for m, d in MODES.items()},
+              "model": model}
+    digest = hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest()
+    return f"rank-{digest[:12]}"
 
 
 @dataclass(frozen=True)
@@ -75,13 +127,16 @@ class Ranked:
     explain: dict[str, float]
 
 
-def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float) -> list[Ranked]:
-    """Every candidate scored, best first (ties broken by item id, so a ranking repeats)."""
-    return sorted((score(c, recipe, now) for c in candidates),
+def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float,
+         signals: Mapping[str, Signals] | None = None) -> list[Ranked]:
+    """Every candidate scored, best first (ties broken by item id, so a ranking repeats);
+    ``signals``: the feedback of candidates by item id (none: no feedback)."""
+    known = signals or {}
+    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS)) for c in candidates),
                   key=lambda r: (-r.score, r.candidate.item_id))
 
 
-def score(c: Candidate, recipe: Recipe, now: float) -> Ranked:
+def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS) -> Ranked:
     dense = max(c.dense or 0.0, 0.0)
     raw_keyword = c.keyword or 0.0
     keyword = raw_keyword / (raw_keyword + recipe.keyword_half) if raw_keyword > 0 else 0.0
@@ -93,14 +148,23 @@ def score(c: Candidate, recipe: Recipe, now: float) -> Ranked:
     recency = 1 - recipe.recency_weight + recipe.recency_weight * decay
     importance = 1 + recipe.importance_weight * (float(p.get("importance", 0.5)) - 0.5)
     confidence = 1 - recipe.confidence_weight * (1 - float(p.get("confidence", 1.0)))
-    final = relevance * recency * importance * confidence
+    learned = utility(signals)
+    useful = 1 + recipe.utility_weight * (2 * learned - 1)
+    final = relevance * recency * importance * confidence * useful
     return Ranked(c, relevance, final, {
         "dense": round(dense, 6), "keyword_bm25": round(raw_keyword, 6),
         "keyword": round(keyword, 6), "relevance": round(relevance, 6),
         "age_days": round(age_days, 3), "half_life_days": half_life,
         "decay": round(decay, 6), "recency_factor": round(recency, 6),
         "importance_factor": round(importance, 6), "confidence_factor": round(confidence, 6),
-        "score": round(final, 6)})
+        **_explain_signals(signals), "utility": round(learned, 6),
+        "utility_factor": round(useful, 6), "score": round(final, 6)})
+
+
+def _explain_signals(signals: Signals) -> dict[str, float]:
+    return {"signals_used": signals.used, "signals_unused": signals.unused,
+            "signals_reaffirmed": signals.reaffirmed, "signals_rated": signals.rated,
+            "rating_mean": round(signals.rating_sum / signals.rated, 6) if signals.rated else 0}
 
 
 def collapse(ranked: Sequence[Ranked], recipe: Recipe) -> tuple[list[Ranked], dict[str, str]]:

@@ -99,4 +99,5 @@ def _item(meta: dict[str, Any], row: Version, position: int) -> Item:
                 importance=attrs["importance"], tags=list(attrs.get("tags") or ()),
                 sources=list(attrs.get("sources") or ()), valid_from=row.valid_from,
                 valid_to=row.valid_to, known_since_position=row.sys_from,
-                session_id=meta["session_id"], agent_id=meta["agent_id"])
+                session_id=meta["session_id"], agent_id=meta["agent_id"],
+                layer=attrs.get("layer") or ("session" if meta["session_id"] else "project"))

@@ -1,19 +1,23 @@
 """Semantic search over the vector read model: the query embedded once, dense and keyword
-candidates fetched per layer of scope, then ranked, cut at the mode's threshold and collapsed
-(``ranking``). Plain functions over the ``VectorIndex`` port; HTTP lives in ``semantic_http``.
+candidates fetched per layer of scope, their feedback looked up once for all layers, then
+ranked, cut at the mode's threshold and collapsed (``ranking``). Plain functions over the
+``VectorIndex`` port and a signals lookup; HTTP lives in ``semantic_http``.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import Hit, Scope, VectorIndex
-from memledger_query.ranking import Candidate, Ranked, Recipe, collapse, rank
+from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
+from memledger_query.ranking import Candidate, Ranked, Recipe, Signals, collapse, rank
 
 OVERFETCH = 4
 """Candidates fetched per result wanted, from each of dense and keyword search: ranking
 reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
+
+SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
+"""The feedback of the given item ids (as of the search's basis), by item id."""
 
 
 @dataclass(frozen=True)
@@ -34,25 +38,32 @@ class Found:
 
 def search(index: VectorIndex, vector: Sequence[float] | None, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
-           subject: str | None = None) -> list[Found]:
+           subject: str | None = None, signals: SignalLookup | None = None) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one."""
+    repeated in a later one. ``signals`` is asked once, for every layer's candidates."""
     query = sparse.encode_query(text)
+    fetched = [_fetch(index, vector, query, layer, recipe, subject) for layer in layers]
+    wanted = {c.item_id for candidates in fetched for c in candidates}
+    known = signals(wanted) if signals is not None and wanted else {}
     seen: set[str] = set()
     found = []
-    for layer in layers:
-        fetch = max(layer.limit * OVERFETCH, MIN_CANDIDATES)
-        dense = index.search(vector, layer.scope, fetch) if vector is not None else []
-        keyword = (index.search_sparse(query, layer.scope, fetch)
-                   if recipe.keyword_weight > 0 and query.indices else [])
-        candidates = [c for c in _candidates(dense, keyword, layer.name)
-                      if c.item_id not in seen and _about(c, subject)]
-        ranked = [r for r in rank(candidates, recipe, now) if r.relevance >= threshold]
+    for layer, candidates in zip(layers, fetched, strict=True):
+        fresh = [c for c in candidates if c.item_id not in seen]
+        ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
         kept, into = collapse(ranked, recipe)
         kept = kept[:layer.limit]
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found
+
+
+def _fetch(index: VectorIndex, vector: Sequence[float] | None, query: SparseVector,
+           layer: Layer, recipe: Recipe, subject: str | None) -> list[Candidate]:
+    fetch = max(layer.limit * OVERFETCH, MIN_CANDIDATES)
+    dense = index.search(vector, layer.scope, fetch) if vector is not None else []
+    keyword = (index.search_sparse(query, layer.scope, fetch)
+               if recipe.keyword_weight > 0 and query.indices else [])
+    return [c for c in _candidates(dense, keyword, layer.name) if _about(c, subject)]
 
 
 def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candidate]:

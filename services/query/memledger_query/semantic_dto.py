@@ -67,10 +67,15 @@ class SearchRequest(TimeTravel):
                                     description="minimum relevance (default: the mode's)")
     scope: Literal["filtered", "hierarchical"] = Field(
         default="filtered", description="hierarchical: the session's memories, then the "
-        "project's (spaces), then the ecosystem's (the whole tenant), each with its limit")
+        "project's (spaces; session memory only once promoted), then the ecosystem's (the "
+        "whole tenant's ecosystem layer), each with its limit. filtered without a session_id "
+        "leaves session memory out")
     layers: LayerLimits = Field(default_factory=LayerLimits)
     weights: Weights = Field(default_factory=Weights)
     explain: bool = False
+    audit: bool = Field(default=False, description="record what this call shows "
+                        "(retrieval.performed), answered with its retrieval_id; also on when a "
+                        "space's policy sets audit_retrievals")
 
     @model_validator(mode="after")
     def _hierarchy_needs_session(self) -> "SearchRequest":
@@ -105,6 +110,10 @@ class SearchAnswer(Frozen):
     results: list[SearchHit]
     collapsed: dict[str, str]
     """Near-duplicates left out: item id → the item it duplicates."""
+    retrieval_id: str | None = None
+    """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
+    retrieval_position: int | None = None
+    """When audited: the position of its record (read it back with ``min_position``)."""
 
 
 class ContextShares(Strict):
@@ -121,6 +130,9 @@ class ContextRequest(TimeTravel):
                               description="default: the session's last user message")
     budget_tokens: int = Field(default=3_300, ge=16, le=1_000_000)
     shares: ContextShares = Field(default_factory=ContextShares)
+    audit: bool = Field(default=False, description="record what this call shows "
+                        "(retrieval.performed), answered with its retrieval_id; also on when a "
+                        "space's policy sets audit_retrievals")
 
 
 class ContextEntry(Frozen):
@@ -128,6 +140,8 @@ class ContextEntry(Frozen):
     ref: str
     tokens: int
     score: float | None = None
+    flag: str | None = None
+    """"steering_rule_candidate": a low-rated correction offered as a rule to follow."""
 
 
 class ContextSection(Frozen):
@@ -145,3 +159,7 @@ class ContextAnswer(Frozen):
     query: str | None
     sections: list[ContextSection]
     rendered: str
+    retrieval_id: str | None = None
+    """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
+    retrieval_position: int | None = None
+    """When audited: the position of its record (read it back with ``min_position``)."""

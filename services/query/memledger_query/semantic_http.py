@@ -1,8 +1,9 @@
 """HTTP for semantic memory: ``POST /v1/search`` and ``POST /v1/context``.
 
 Both answer from the vector read model (current, or as of ``valid_at`` / ``as_of_position``)
-with their basis; recency decay is computed at the basis' valid time, so passing the basis
-back (``valid_at`` and ``as_of_position``) repeats a ranking exactly.
+with their basis; recency decay is computed at the basis' valid time and feedback counted up to
+the basis' position, so passing the basis back (``valid_at`` and ``as_of_position``) repeats a
+ranking exactly. An audited call is recorded before it is answered (``retrievals``).
 """
 
 import asyncio
@@ -19,12 +20,20 @@ from memledger_enricher.embedding import Embedder
 from memledger_platform.auth import Denied, Principal, require
 from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query import context as packing
-from memledger_query import context_views, vector_summary, views
+from memledger_query import (
+    context_views,
+    retrievals,
+    signal_views,
+    steering,
+    vector_summary,
+    views,
+)
 from memledger_query.dto import Basis
 from memledger_query.http import Problem, Tenant, _json, principal
-from memledger_query.ranking import MODES, Ranked, Recipe
+from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
-from memledger_query.semantic import Layer
+from memledger_query.recorder import NoRecorder, Recorder
+from memledger_query.semantic import Layer, SignalLookup
 from memledger_query.semantic import search as semantic_search
 from memledger_query.semantic_dto import (
     ContextAnswer,
@@ -56,6 +65,8 @@ class Semantic:
     progress: Progress
     reader: Reader
     recipe: Recipe = field(default_factory=Recipe)
+    recorder: Recorder = field(default_factory=NoRecorder)
+    """Where audited retrievals are recorded (through ingest)."""
 
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
@@ -68,20 +79,53 @@ def add_routes(app: FastAPI, semantic: Semantic) -> None:
     @app.post("/v1/search", response_model=SearchAnswer)
     async def search(body: SearchRequest, x_tenant: Tenant = None) -> Any:
         who = principal()
-        body = _within_grants(who, body)
-        at = await _basis(semantic, body)
-        return _json(await asyncio.to_thread(_search, semantic, who.tenant, body, at,
-                                             sorted(who.spaces or ())))
+        return _json(await answer_search(semantic, who.tenant, _actor(who),
+                                         _within_grants(who, body), sorted(who.spaces or ())))
 
     @app.post("/v1/context", response_model=ContextAnswer)
     async def context(body: ContextRequest, x_tenant: Tenant = None) -> Any:
         who = principal()
         _allowed(who, [body.space_id], "body.space_id")
-        at = await _basis(semantic, body)
-        await _wait_read_model(semantic, body, at)
-        return _json(await asyncio.to_thread(_context, semantic, who.tenant, body, at))
+        return _json(await answer_context(semantic, who.tenant, _actor(who), body))
 
     vector_summary.add_route(app, semantic.index, semantic.progress, semantic.reader)
+
+
+async def answer_search(semantic: Semantic, tenant: str, actor: str, body: SearchRequest,
+                        granted: Sequence[str] = ()) -> SearchAnswer:
+    """A search answered at its basis (once the read models reach it: the feedback it ranks
+    by), and recorded before it is answered if audited."""
+    at = await _basis(semantic, body)
+    await _wait_read_model(semantic, body, at)
+    audit = await retrievals.wanted(semantic.reader, tenant, body.audit, body.spaces)
+    body = retrievals.pinned(body, at) if audit else body
+    answer = await asyncio.to_thread(_search, semantic, tenant, body, at, granted)
+    if not audit:
+        return answer
+    return await retrievals.record_search(semantic.recorder, tenant, actor, body, granted,
+                                          answer, _policy(semantic))
+
+
+async def answer_context(semantic: Semantic, tenant: str, actor: str, body: ContextRequest
+                         ) -> ContextAnswer:
+    """A context bundle packed at its basis, and recorded before it is answered if audited."""
+    at = await _basis(semantic, body)
+    await _wait_read_model(semantic, body, at)
+    audit = await retrievals.wanted(semantic.reader, tenant, body.audit, [body.space_id])
+    body = retrievals.pinned(body, at) if audit else body
+    answer = await asyncio.to_thread(_context, semantic, tenant, body, at)
+    if not audit:
+        return answer
+    return await retrievals.record_context(semantic.recorder, tenant, actor, body, answer,
+                                           _policy(semantic))
+
+
+def _actor(who: Principal) -> str:
+    return f"key:{who.key_id or 'local'}"
+
+
+def _policy(semantic: Semantic) -> str:
+    return policy_version(semantic.recipe, semantic.embedder.model_id)
 
 
 def _within_grants(who: Principal, body: SearchRequest) -> SearchRequest:
@@ -140,28 +184,39 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
-                            subject=body.subject)
+                            subject=body.subject, signals=_signals(semantic, tenant, at, recipe))
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
 
 
+def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe) -> SignalLookup | None:
+    """The candidates' feedback as of the basis (not looked up when utility does not count)."""
+    if recipe.utility_weight <= 0:
+        return None
+    return lambda ids: semantic.reader.run(signal_views.signals, tenant, ids, at.position)
+
+
 def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str]
             ) -> list[Layer]:
-    def scope(spaces: Sequence[str], session: UUID | None) -> Scope:
+    """Session memory is found only by naming its session: never in a project's or the
+    ecosystem's results unless promoted (``memory.promoted``)."""
+    def scope(spaces: Sequence[str], session: UUID | None, layers: tuple[str, ...]) -> Scope:
         return Scope(tenant=tenant, valid_at=at.valid_at.timestamp(),
                      position=body.as_of_position if body.as_of_position is not None
                      else (at.position if body.recorded_at is not None else None),
                      spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
-                     session=None if session is None else str(session), agent=body.agent_id)
+                     session=None if session is None else str(session), agent=body.agent_id,
+                     layers=layers)
 
     if body.scope == "filtered":
-        return [Layer("filtered", scope(body.spaces, body.session_id), k)]
+        layers = () if body.session_id is not None else ("project", "ecosystem")
+        return [Layer("filtered", scope(body.spaces, body.session_id, layers), k)]
     limits = body.layers
-    return [Layer("session", scope(body.spaces, body.session_id), limits.session),
-            Layer("project", scope(body.spaces, None), limits.project),
-            Layer("ecosystem", scope(granted, None), limits.ecosystem)]
+    return [Layer("session", scope(body.spaces, body.session_id, ()), limits.session),
+            Layer("project", scope(body.spaces, None, ("project",)), limits.project),
+            Layer("ecosystem", scope(granted, None, ("ecosystem",)), limits.ecosystem)]
 
 
 def _hit(ranked: Ranked, explain: bool) -> SearchHit:
@@ -182,12 +237,16 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     query = body.query or reads["last_user_message"]
     memories: list[packing.Entry] = []
     if query:
+        # With a session: its own memory first, then the project's, then the ecosystem's.
         search = SearchRequest(query=query, spaces=[body.space_id], mode="planning",
+                               session_id=body.session_id,
+                               scope="hierarchical" if body.session_id else "filtered",
                                as_of_position=body.as_of_position, valid_at=at.valid_at)
         answer = _search(semantic, tenant, search, at)
         memories = [packing.Entry(f"- [{h.kind}] {h.content}", h.item_id, h.score)
                     for h in answer.results if h.kind not in ("preference", "steering_rule")]
-    shown = {e.ref for e in memories}
+    # A steering-rule candidate is offered once, as such, not again as recent history.
+    shown = {e.ref for e in memories} | {e.ref for e in reads["preferences"] if e.flag}
     history = [e for e in reads["history"] if e.ref not in shown]
     sections = packing.pack({"session": reads["session"], "memories": memories,
                              "preferences": reads["preferences"], "history": history},
@@ -197,7 +256,8 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
         used_tokens=sum(s.used for s in sections), tokenizer=packing.TOKENIZER, query=query,
         sections=[ContextSection(name=s.name, allowance=s.allowance, used_tokens=s.used,
                                  entries=[ContextEntry(text=e.text, ref=e.ref, tokens=e.tokens,
-                                                       score=e.score) for e in s.entries])
+                                                       score=e.score, flag=e.flag)
+                                          for e in s.entries])
                   for s in sections],
         rendered=packing.render(sections))
 
@@ -217,9 +277,8 @@ def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Bas
         last_user = next((m.content for m in reversed(talk.messages) if m.role == "user"), None)
     rules = views.items(conn, s, tenant, space, at, kinds=["steering_rule", "preference"])
     extracted = context_views.extracted_preferences(conn, s, tenant, space, at)
-    preferences = ([packing.Entry(f"- [{i.kind}] {i.content}", i.item_id, i.confidence)
-                    for i in sorted(rules, key=lambda i: (i.kind != "steering_rule",
-                                                          -i.confidence))]
+    preferences = (steering.rules_then_candidates(
+        rules, steering.candidates(conn, s, tenant, space, at))
                    + [packing.Entry(f"- {p.category}: {p.value}", p.source_item_id,
                                     p.confidence) for p in extracted])
     history = [packing.Entry(f"- [{i.kind}] {i.content}", i.item_id)

@@ -6,12 +6,14 @@ row known at that position); an item's status is computed as of ``position`` too
 basis always gives the same answer.
 """
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import orjson
 from psycopg import Connection, sql
 
+from memledger_projector.projection import name_key
 from memledger_query.dto import (
     Basis,
     Change,
@@ -21,6 +23,8 @@ from memledger_query.dto import (
     History,
     Item,
     Message,
+    Neighbour,
+    Neighbours,
     Rectangle,
     Relation,
 )
@@ -35,6 +39,7 @@ SELECT i.item_id::text, i.space_id, i.kind, {status} AS status, v.attrs, lower(v
 FROM {s}.item_versions v JOIN {s}.items i ON i.tenant_id = v.tenant_id AND i.item_id = v.item_id
 WHERE v.tenant_id = %(tenant)s AND i.space_id = %(space)s AND v.valid @> %(valid_at)s
   AND v.sys_from <= %(p)s AND (v.sys_to IS NULL OR v.sys_to > %(p)s)"""
+_NOT_ARCHIVED = "(i.archived_position IS NULL OR i.archived_position > %(p)s)"
 
 
 def checkpoint(conn: Connection[Any], s: str) -> tuple[int, datetime | None]:
@@ -94,7 +99,7 @@ def items(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis, *,
             clauses.append(clause)
             params[name] = value
     if not include_archived:
-        clauses.append("(i.archived_position IS NULL OR i.archived_position > %(p)s)")
+        clauses.append(_NOT_ARCHIVED)
     where = "".join(f" AND {c}" for c in clauses)
     query = sql.SQL(_ITEM_SELECT + where + " ORDER BY i.item_id LIMIT %(limit)s").format(
         s=sql.Identifier(s), status=sql.SQL(_STATUS))
@@ -161,24 +166,113 @@ def conversation(conn: Connection[Any], s: str, tenant: str, space: str, session
     return Conversation(basis=at, session_id=session_id, status=session[0], messages=messages)
 
 
+# --- the graph -------------------------------------------------------------------------------
+# Entities keep only their latest name and aliases (the read model holds no earlier ones): as
+# of a position, an entity is there if it was created by then, under its latest name.
+
+_ENTITY_SELECT = """SELECT entity_id, name, type, aliases FROM {s}.entities
+WHERE tenant_id = %(tenant)s AND space_id = %(space)s AND created_position <= %(p)s"""
+_RELATION_SELECT = """
+SELECT relation_id::text, source_entity, relation_type, target_entity, confidence,
+       CASE WHEN retracted_position <= %(p)s THEN 'retracted' ELSE 'active' END, valid_from,
+       valid_to
+FROM {s}.relations WHERE tenant_id = %(tenant)s AND space_id = %(space)s
+  AND asserted_position <= %(p)s AND (valid_from IS NULL OR valid_from <= %(valid_at)s)
+  AND (valid_to IS NULL OR valid_to > %(valid_at)s)"""
+_LIVE = " AND (retracted_position IS NULL OR retracted_position > %(p)s)"
+_TOUCHING = " AND (source_entity = ANY(%(ids)s) OR target_entity = ANY(%(ids)s))"
+# The items whose latest extraction at or before the position names one of the keys.
+_MENTIONED = """SELECT m.item_id FROM {s}.mentions m
+WHERE m.tenant_id = %(tenant)s AND m.space_id = %(space)s AND m.name_key = ANY(%(keys)s)
+  AND m.position <= %(p)s AND NOT EXISTS (
+    SELECT 1 FROM {s}.mentions newer WHERE newer.tenant_id = m.tenant_id
+      AND newer.item_id = m.item_id AND newer.position > m.position
+      AND newer.position <= %(p)s)"""
+
+MAX_DEPTH = 3
+"""How far ``neighbours`` walks at most: what it reads grows with the fan-out to this power."""
+
+
 def graph(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis) -> Graph:
-    """Entities and the relations live at ``at`` (current-state; as-of graph comes later)."""
-    entities = conn.execute(sql.SQL(
-        "SELECT entity_id, name, type, aliases FROM {}.entities WHERE tenant_id = %s AND "
-        "space_id = %s AND created_position <= %s ORDER BY entity_id").format(
-        sql.Identifier(s)), (tenant, space, at.position)).fetchall()
-    relations = conn.execute(sql.SQL(
-        "SELECT relation_id::text, source_entity, relation_type, target_entity, confidence, "
-        "CASE WHEN retracted_position <= %s THEN 'retracted' ELSE 'active' END FROM "
-        "{}.relations WHERE tenant_id = %s AND space_id = %s AND asserted_position <= %s "
-        "ORDER BY relation_id").format(sql.Identifier(s)),
-        (at.position, tenant, space, at.position)).fetchall()
-    return Graph(basis=at,
-                 entities=[Entity(entity_id=r[0], name=r[1], type=r[2], aliases=list(r[3]))
-                           for r in entities],
-                 relations=[Relation(relation_id=r[0], source_entity=r[1], relation_type=r[2],
-                                     target_entity=r[3], confidence=r[4], status=r[5])
-                            for r in relations])
+    """Entities known at ``at.position`` and the relations asserted by then that hold at
+    ``at.valid_at``; one retracted by then is listed with status ``retracted``."""
+    params = _params(tenant, space, at)
+    return Graph(basis=at, entities=_entities(conn, s, params),
+                 relations=_relations(conn, s, params))
+
+
+def entity(conn: Connection[Any], s: str, tenant: str, space: str, entity_id: str, at: Basis
+           ) -> Entity | None:
+    found = _entities(conn, s, {**_params(tenant, space, at), "ids": [entity_id]})
+    return found[0] if found else None
+
+
+def neighbours(conn: Connection[Any], s: str, tenant: str, space: str, entity_id: str,
+               depth: int, at: Basis) -> Neighbours | None:
+    """The entities up to ``depth`` relations away over the relations live at ``at`` (not
+    retracted by ``at.position``, holding at ``at.valid_at``), either direction, nearest
+    first; ``None`` if the entity is not known at ``at.position``."""
+    start = entity(conn, s, tenant, space, entity_id, at)
+    if start is None:
+        return None
+    params = _params(tenant, space, at)
+    depths, walked = walk(entity_id, depth, lambda ids: _relations(
+        conn, s, {**params, "ids": sorted(ids)}, _LIVE + _TOUCHING))
+    reached = _entities(conn, s, {**params, "ids": [i for i, d in depths.items() if d]})
+    found = sorted((Neighbour(**e.model_dump(), depth=depths[e.entity_id]) for e in reached),
+                   key=lambda n: (n.depth, n.entity_id))
+    return Neighbours(basis=at, entity=start, neighbours=found, relations=walked)
+
+
+def walk(start: str, depth: int, touching: Callable[[set[str]], list[Relation]]
+         ) -> tuple[dict[str, int], list[Relation]]:
+    """Breadth-first from ``start``, ``depth`` steps at most, over the relations ``touching``
+    returns for a set of entities (either end): each entity reached with its distance
+    (``start``: 0), and every relation walked, in relation id order."""
+    depths, frontier = {start: 0}, {start}
+    walked: dict[str, Relation] = {}
+    for step in range(1, depth + 1):
+        if not frontier:
+            break
+        found = touching(frontier)
+        walked.update((r.relation_id, r) for r in found)
+        frontier = {end for r in found for end in (r.source_entity, r.target_entity)
+                    if end not in depths}
+        depths.update(dict.fromkeys(frontier, step))
+    return depths, sorted(walked.values(), key=lambda r: r.relation_id)
+
+
+def items_mentioning(conn: Connection[Any], s: str, tenant: str, space: str, entity_id: str,
+                     at: Basis, limit: int = 100) -> list[Item] | None:
+    """Items true at ``at.valid_at`` as known at ``at.position`` (archived ones left out)
+    whose latest extraction by then mentions the entity (its id, name or an alias,
+    casefolded), in item id order; ``None`` if the entity is not known at ``at.position``."""
+    found = entity(conn, s, tenant, space, entity_id, at)
+    if found is None:
+        return None
+    keys = sorted({name_key(n) for n in (found.entity_id, found.name, *found.aliases)})
+    query = sql.SQL(_ITEM_SELECT + " AND v.item_id IN (" + _MENTIONED + ") AND "
+                    + _NOT_ARCHIVED + " ORDER BY i.item_id LIMIT %(limit)s").format(
+        s=sql.Identifier(s), status=sql.SQL(_STATUS))
+    rows = conn.execute(query, {**_params(tenant, space, at), "keys": keys, "limit": limit})
+    return [_item(r) for r in rows.fetchall()]
+
+
+def _entities(conn: Connection[Any], s: str, params: dict[str, Any]) -> list[Entity]:
+    """The entities known at the basis in ``params`` (only those in ``ids``, if given)."""
+    where = " AND entity_id = ANY(%(ids)s)" if "ids" in params else ""
+    query = sql.SQL(_ENTITY_SELECT + where + " ORDER BY entity_id").format(s=sql.Identifier(s))
+    return [Entity(entity_id=r[0], name=r[1], type=r[2], aliases=list(r[3]))
+            for r in conn.execute(query, params).fetchall()]
+
+
+def _relations(conn: Connection[Any], s: str, params: dict[str, Any], where: str = ""
+               ) -> list[Relation]:
+    query = sql.SQL(_RELATION_SELECT + where + " ORDER BY relation_id").format(
+        s=sql.Identifier(s))
+    return [Relation(relation_id=r[0], source_entity=r[1], relation_type=r[2],
+                     target_entity=r[3], confidence=r[4], status=r[5], valid_from=r[6],
+                     valid_to=r[7]) for r in conn.execute(query, params).fetchall()]
 
 
 def _params(tenant: str, space: str, at: Basis) -> dict[str, Any]:
@@ -196,7 +290,8 @@ def _item(row: tuple[Any, ...]) -> Item:
                 confidence=attrs["confidence"], importance=attrs["importance"],
                 tags=list(attrs.get("tags") or ()), sources=list(attrs.get("sources") or ()),
                 valid_from=lower, valid_to=upper, known_since_position=sys_from,
-                session_id=session, agent_id=agent)
+                session_id=session, agent_id=agent,
+                layer=attrs.get("layer") or ("session" if session else "project"))
 
 
 def _change(row: tuple[Any, ...]) -> Change:

@@ -23,8 +23,8 @@ import orjson
 from memledger_cli.bench import corpus
 from memledger_cli.bench.common import Scenario, Steps, measured
 from memledger_enricher.embedding import LocalMiniLmEmbedder
-from memledger_enricher.intake_client import IntakeClient
 from memledger_enricher.service import Enricher
+from memledger_platform.intake_client import IntakeClient
 from memledger_platform.settings import Settings
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects

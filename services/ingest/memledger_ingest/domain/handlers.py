@@ -1,5 +1,6 @@
 """One handler per command: check it against the current state, say what happened. Pure."""
 
+import hashlib
 from uuid import UUID
 
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
@@ -10,6 +11,7 @@ from memledger_ingest.domain.targets import (
     Lookup,
     entity_ref,
     new_or,
+    slot_ref,
     target_of,
 )
 from memledger_schemas import commands as c
@@ -79,7 +81,11 @@ def _set_policy(cmd: c.SetSpacePolicy, ctx: Context, lookup: Lookup, cur: Stream
         policy_version=space.policy_version + 1, retention_days=cmd.retention_days,
         decay_half_life_days=cmd.decay_half_life_days,
         session_ttl_seconds=cmd.session_ttl_seconds, max_items=cmd.max_items,
-        legal_hold=cmd.legal_hold, members=cmd.members)
+        legal_hold=cmd.legal_hold, members=cmd.members,
+        layer_retention_days=cmd.layer_retention_days, forget_below=cmd.forget_below,
+        retroactive=cmd.retroactive, cardinality=cmd.cardinality,
+        default_cardinality=cmd.default_cardinality, consolidation=cmd.consolidation,
+        merge_cosine=cmd.merge_cosine, audit_retrievals=cmd.audit_retrievals)
     ids = {"space_id": cmd.space_id, "policy_version": str(payload.policy_version)}
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids)
 
@@ -133,18 +139,55 @@ def _append_message(cmd: c.AppendMessage, ctx: Context, lookup: Lookup, cur: Str
 
 def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
-    _active_space(lookup, cmd.space_id)
+    space = _active_space(lookup, cmd.space_id)
     item_id = new_or(cmd.item_id, ctx)
     _absent(cur, "memory item", item_id)
     if cmd.session_id is not None:
         session = lookup(StreamRef("session", str(cmd.session_id)))
         _existing(session, cmd.space_id, "session", cmd.session_id)
+    layer = cmd.layer or ("session" if cmd.session_id is not None else "project")
     payload = e.MemoryAsserted(
         item_id=item_id, kind=cmd.kind, content=cmd.content, triple=cmd.triple,
         confidence=cmd.confidence, importance=cmd.importance, tags=cmd.tags,
-        sources=cmd.sources)
-    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(item_id)},
-                    session_id=cmd.session_id, valid_from=cmd.valid_from, valid_to=cmd.valid_to)
+        sources=cmd.sources, layer=layer)
+    ids = {"item_id": str(item_id)}
+    also = _revise_beliefs(cmd, ctx, lookup, space, item_id, layer, ids)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids,
+                    session_id=cmd.session_id, valid_from=cmd.valid_from, valid_to=cmd.valid_to,
+                    also=also)
+
+
+def _revise_beliefs(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, space: StreamState,
+                    item_id: UUID, layer: str, ids: dict[str, str]) -> tuple[Decision, ...]:
+    """Belief revision for a single-valued predicate: the new item claims the (subject,
+    predicate) slot of the space, and the item that held it is superseded from the new one's
+    valid_from on: "contradiction" for another object, "restated" for the same one. A
+    session's memory claims nothing: it is not the project's belief until promoted."""
+    triple = cmd.triple
+    if triple is None or layer == "session" or space.cardinality_of(
+            triple.predicate) != "single":
+        return ()
+    ref = slot_ref(cmd.space_id, triple.subject, triple.predicate)
+    digest = object_digest(triple.object)
+    claim = Decision(ref, cmd.space_id, (e.TripleClaimed(item_id=item_id, object_digest=digest),))
+    slot = lookup(ref)
+    if slot is None or slot.holder is None:
+        return (claim,)
+    holder, held = slot.holder.split("/", 1)
+    state = lookup(StreamRef("item", holder))
+    if state is None or state.status != "active" or holder == str(item_id):
+        return (claim,)
+    reason = "restated" if held == digest else "contradiction"
+    ids["superseded"] = holder
+    closed = e.MemorySuperseded(item_id=UUID(holder), superseded_by=item_id, reason=reason,
+                                valid_until=cmd.valid_from)
+    return (claim, Decision(StreamRef("item", holder), cmd.space_id, (closed,)))
+
+
+def object_digest(value: str) -> str:
+    """A short hash of a triple's object, so a slot can tell a restatement without keeping
+    the object (personal data) in the clear."""
+    return hashlib.sha256(" ".join(value.casefold().split()).encode()).hexdigest()[:16]
 
 
 def _revise_memory(cmd: c.ReviseMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
@@ -190,7 +233,43 @@ def _reaffirm_memory(cmd: c.ReaffirmMemory, ctx: Context, lookup: Lookup,
 def _archive_memory(cmd: c.ArchiveMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id, ("active", "superseded", "retracted"))
-    payload = e.MemoryArchived(item_id=cmd.item_id, reason=cmd.reason)
+    payload = e.MemoryArchived(item_id=cmd.item_id, reason=cmd.reason,
+                               policy_version=cmd.policy_version)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _promote_memory(cmd: c.PromoteMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id)
+    payload = e.MemoryPromoted(item_id=cmd.item_id, layer=cmd.layer, reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+def _merge_memories(cmd: c.MergeMemories, ctx: Context, lookup: Lookup, cur: StreamState | None
+                    ) -> Decision:
+    _live_item(lookup, cur, cmd.space_id, cmd.item_id)
+    for merged in cmd.merged_item_ids:
+        _live_item(lookup, lookup(StreamRef("item", str(merged))), cmd.space_id, merged)
+    payload = e.MemoryMerged(
+        item_id=cmd.item_id, merged_item_ids=cmd.merged_item_ids, similarity=cmd.similarity,
+        sources=tuple(e.SourceRef(type="item", ref=str(m)) for m in cmd.merged_item_ids),
+        reason=cmd.reason)
+    also = tuple(Decision(StreamRef("item", str(m)), cmd.space_id, (e.MemorySuperseded(
+        item_id=m, superseded_by=cmd.item_id, reason=f"merged: {cmd.reason}"),))
+        for m in cmd.merged_item_ids)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"item_id": str(cmd.item_id)}, also=also)
+
+
+def _suggest_merge(cmd: c.SuggestMerge, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    if cmd.similar_to == cmd.item_id:
+        raise Invalid("similar_to", "an item is not a duplicate of itself")
+    for item in (cmd.item_id, cmd.similar_to):
+        _existing(lookup(StreamRef("item", str(item))), cmd.space_id, "memory item", item)
+    payload = e.MergeSuggested(item_id=cmd.item_id, similar_to=cmd.similar_to,
+                               similarity=cmd.similarity, policy_version=cmd.policy_version)
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
@@ -274,6 +353,20 @@ def _record_preference(cmd: c.RecordPreference, ctx: Context, lookup: Lookup,
                     {"source_item_id": str(cmd.source_item_id)})
 
 
+def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
+                      cur: StreamState | None) -> Decision:
+    # The spaces are not checked: a search of a space that is gone (or never was) is still
+    # what was asked and shown. One space read is the event's space, else the tenant's.
+    _absent(cur, "retrieval", cmd.retrieval_id)
+    payload = e.RetrievalPerformed(
+        retrieval_id=cmd.retrieval_id, operation=cmd.operation, query=cmd.query,
+        subject=cmd.subject, spaces=cmd.spaces, parameters=cmd.parameters, basis=cmd.basis,
+        results=cmd.results, policy_version=cmd.policy_version)
+    space = cmd.spaces[0] if len(cmd.spaces) == 1 else TENANT_SCOPE
+    return Decision(target_of(cmd, ctx), space, (payload,),
+                    {"retrieval_id": str(cmd.retrieval_id)})
+
+
 def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     # Tenant-wide, and repeatable: erasing again (new data written since) is another event.
@@ -313,6 +406,12 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _reaffirm_memory(cmd, ctx, lookup, cur)
         case c.ArchiveMemory():
             return _archive_memory(cmd, ctx, lookup, cur)
+        case c.PromoteMemory():
+            return _promote_memory(cmd, ctx, lookup, cur)
+        case c.MergeMemories():
+            return _merge_memories(cmd, ctx, lookup, cur)
+        case c.SuggestMerge():
+            return _suggest_merge(cmd, ctx, lookup, cur)
         case c.UpsertEntity():
             return _upsert_entity(cmd, ctx, lookup, cur)
         case c.AssertRelation():
@@ -327,6 +426,8 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _record_entities(cmd, ctx, lookup, cur)
         case c.RecordPreference():
             return _record_preference(cmd, ctx, lookup, cur)
+        case c.RecordRetrieval():
+            return _record_retrieval(cmd, ctx, lookup, cur)
         case c.EraseSubject():
             return _erase_subject(cmd, ctx, lookup, cur)
     raise TypeError(f"unknown command {type(cmd).__name__}")

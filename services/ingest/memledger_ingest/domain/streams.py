@@ -1,12 +1,13 @@
 """Stream identity and the state of a stream folded from its events."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID, uuid5
 
 StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
-                     "enrichment", "preference", "subject"]
+                     "enrichment", "preference", "subject", "slot", "retrieval"]
 Status = Literal["active", "archived", "ended", "superseded", "retracted"]
 
 _NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")
@@ -41,6 +42,14 @@ class StreamState:
     policy_version: int = 0
     subject: str | None = None
     """The data subject of the stream's personal data (set by its first event)."""
+    holder: str | None = None
+    """A slot's: ``<item_id>/<object digest>`` of the item that last claimed it."""
+    cardinality: tuple[tuple[str, str], ...] = ()
+    """A space's: (predicate, "single" | "multi") pairs of its policy, ("*", default) first."""
+
+    def cardinality_of(self, predicate: str) -> str:
+        table = dict(self.cardinality)
+        return table.get(predicate.casefold(), table.get("*", "single"))
 
 
 _STATUS_AFTER: dict[str, Status] = {
@@ -61,14 +70,27 @@ _STATUS_AFTER: dict[str, Status] = {
 
 
 def evolve(state: StreamState | None, event_type: str, space_id: str,
-           subject: str | None = None) -> StreamState:
+           subject: str | None = None, payload: Mapping[str, Any] | None = None
+           ) -> StreamState:
     """The state after one more event on the stream (events of other types keep the status;
-    the subject is the first event's)."""
+    the subject is the first event's). ``payload`` is read for the two events whose content
+    the write side needs: a policy (cardinality) and a slot claim (holder)."""
     if state is None:
-        return StreamState(version=1, space_id=space_id, status=_STATUS_AFTER.get(event_type,
-                                                                                "active"),
-                           subject=subject)
+        state = StreamState(version=0, space_id=space_id, status=_STATUS_AFTER.get(
+            event_type, "active"), subject=subject)
     status = _STATUS_AFTER.get(event_type, state.status)
-    bump = 1 if event_type == "space.policy_set" else 0
-    return replace(state, version=state.version + 1, status=status,
-                   policy_version=state.policy_version + bump)
+    changes: dict[str, Any] = {}
+    if event_type == "space.policy_set":
+        changes["policy_version"] = state.policy_version + 1
+        if payload is not None:
+            changes["cardinality"] = cardinality_pairs(payload)
+    elif event_type == "triple.claimed" and payload is not None:
+        changes["holder"] = f"{payload['item_id']}/{payload['object_digest']}"
+    return replace(state, version=state.version + 1, status=status, **changes)
+
+
+def cardinality_pairs(policy: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    default = str(policy.get("default_cardinality") or "single")
+    named = sorted((str(k).casefold(), str(v)) for k, v in
+                   (policy.get("cardinality") or {}).items())
+    return (("*", default), *named)

@@ -42,6 +42,9 @@ class Decision:
     session_id: UUID | None = None
     valid_from: UtcDatetime | None = None
     valid_to: UtcDatetime | None = None
+    also: tuple["Decision", ...] = ()
+    """Events the command causes on other streams (a superseded item, a claimed slot),
+    committed with it and just before its own, so the command's position covers them."""
 
 
 def new_or(ident: UUID | None, ctx: Context) -> UUID:
@@ -80,7 +83,7 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PL
         case c.StartSession():
             return StreamRef("session", str(new_or(cmd.session_id, ctx)))
         case (c.ReviseMemory() | c.SupersedeMemory() | c.RetractMemory() | c.ReaffirmMemory()
-              | c.ArchiveMemory()):
+              | c.ArchiveMemory() | c.PromoteMemory() | c.MergeMemories()):
             return StreamRef("item", str(cmd.item_id))
         case c.UpsertEntity():
             return entity_ref(cmd.space_id, cmd.entity_id)
@@ -90,19 +93,28 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PL
             return StreamRef("relation", str(cmd.relation_id))
         case c.RecordFeedback():
             return StreamRef("feedback", str(new_or(cmd.feedback_id, ctx)))
-        case c.RecordEmbedding() | c.RecordEntities():
+        case c.RecordEmbedding() | c.RecordEntities() | c.SuggestMerge():
             # Not the item's stream: enrichment must never bump the item's version and so
             # fail a client's expected_version on it.
             return StreamRef("enrichment", str(cmd.item_id))
         case c.RecordPreference():
             return StreamRef("preference", str(cmd.source_item_id))
+        case c.RecordRetrieval():
+            return StreamRef("retrieval", str(cmd.retrieval_id))
     raise TypeError(f"unknown command {type(cmd).__name__}")
 
 
-def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:
+def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911  (a case each)
     match cmd:
-        case c.AssertMemory(session_id=UUID() as session_id):
-            return (StreamRef("session", str(session_id)),)
+        case c.AssertMemory():
+            session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
+            slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
+                    ) if cmd.triple is not None else ()
+            return session + slot
+        case c.MergeMemories():
+            return tuple(StreamRef("item", str(i)) for i in cmd.merged_item_ids)
+        case c.SuggestMerge():
+            return (StreamRef("item", str(cmd.item_id)), StreamRef("item", str(cmd.similar_to)))
         case c.SupersedeMemory():
             return (StreamRef("item", str(cmd.superseded_by)),)
         case c.AssertRelation():
@@ -111,6 +123,11 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:
         case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities():
             return (StreamRef("item", str(cmd.item_id)),)
     return ()
+
+
+def slot_ref(space_id: str, subject: str, predicate: str) -> StreamRef:
+    """The (subject, predicate) slot of a space, matched without regard to case."""
+    return StreamRef("slot", f"{space_id}/{subject.casefold()}/{predicate.casefold()}")
 
 
 def entity_ref(space_id: str, entity_id: str) -> StreamRef:

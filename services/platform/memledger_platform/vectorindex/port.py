@@ -29,7 +29,7 @@ MAX_TERM = 2**31
 non-negative in every client."""
 
 KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id",
-                  "subject_id")
+                  "subject_id", "layer")
 RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_to", "archived_from")
 """The payload fields scopes and ``points`` filter on: the engines that can index payload index
 these (keyword and float), so a filtered search stays fast at 100k points."""
@@ -77,6 +77,8 @@ class Scope:
     tags: tuple[str, ...] = ()
     session: str | None = None
     agent: str | None = None
+    layers: tuple[str, ...] = ()
+    """Memory layers ("session", "project", "ecosystem"), any of; empty: every layer."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ def conditions(scope: Scope) -> list[Condition]:
              Condition("valid_to", "gt", scope.valid_at),
              Condition("sys_from", "lte", position), Condition("sys_to", "gt", position),
              Condition("archived_from", "gt", position)]
-    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags)):
+    for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags),
+                        ("layer", scope.layers)):
         if values:
             found.append(Condition(key, "any", list(values)))
     for key, value in (("session", scope.session), ("agent", scope.agent)):
@@ -201,6 +204,7 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (not scope.tags or bool(set(scope.tags) & set(payload.get("tags", ()))))
             and (scope.session is None or payload.get("session") == scope.session)
             and (scope.agent is None or payload.get("agent") == scope.agent)
+            and (not scope.layers or payload.get("layer") in scope.layers)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
             and payload["sys_from"] <= position < payload["sys_to"]
             and position < payload.get("archived_from", OPEN))

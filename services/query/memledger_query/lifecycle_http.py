@@ -1,0 +1,84 @@
+"""HTTP for a memory's lifecycle: the supersession chain of an item, a space's policy
+versions and the merges consolidation suggested (plain reads, with their basis)."""
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
+
+from fastapi import FastAPI, Query
+
+from memledger_query import lifecycle_views, views
+from memledger_query.dto import (
+    Basis,
+    ChainAnswer,
+    MergeSuggestions,
+    PolicyHistory,
+)
+from memledger_query.http import AsOf, MinPosition, Problem, Tenant, WaitMs, _json, _uuid
+from memledger_query.http import principal as _principal
+from memledger_query.reader import NotYetVisible, Reader
+
+T = TypeVar("T")
+
+
+def add_routes(app: FastAPI, reader: Reader) -> None:
+    async def read(min_position: int | None, wait_ms: int, fn: Callable[..., T], *args: Any
+                   ) -> T:
+        try:
+            await reader.wait_for(min_position, wait_ms)
+        except NotYetVisible as late:
+            raise Problem(503, "not_yet_visible", str(late), "query.min_position",
+                          projected_position=late.reached) from None
+        return await asyncio.to_thread(reader.run, fn, *args)
+
+    @app.get("/v1/spaces/{space_id}/items/{item_id}/chain", response_model=ChainAnswer)
+    async def chain(space_id: str, item_id: str, x_tenant: Tenant = None,
+                    as_of_position: AsOf = None, min_position: MinPosition = None,
+                    wait_ms: WaitMs = 2_000) -> Any:
+        item = _uuid(item_id, "path.item_id")
+        found = await read(_wanted(min_position, as_of_position), wait_ms, _chain,
+                           _principal().tenant, space_id, item, as_of_position)
+        if found is None:
+            raise Problem(404, "not_found", f"memory item {item!r} not found in {space_id!r}")
+        return _json(found)
+
+    @app.get("/v1/spaces/{space_id}/policies", response_model=PolicyHistory)
+    async def policies(space_id: str, x_tenant: Tenant = None, as_of_position: AsOf = None,
+                       min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Any:
+        return _json(await read(_wanted(min_position, as_of_position), wait_ms, _policies,
+                                _principal().tenant, space_id, as_of_position))
+
+    @app.get("/v1/spaces/{space_id}/merge-suggestions", response_model=MergeSuggestions)
+    async def suggestions(space_id: str, x_tenant: Tenant = None, as_of_position: AsOf = None,
+                          limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
+                          min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Any:
+        return _json(await read(_wanted(min_position, as_of_position), wait_ms, _suggestions,
+                                _principal().tenant, space_id, as_of_position, limit))
+
+
+def _wanted(min_position: int | None, as_of_position: int | None) -> int | None:
+    return max([p for p in (min_position, as_of_position) if p is not None], default=None)
+
+
+def _basis(conn: Any, s: str, position: int | None) -> Basis:
+    return views.basis(conn, s, datetime.now(UTC), position, None)
+
+
+def _chain(conn: Any, s: str, tenant: str, space: str, item: str, position: int | None
+           ) -> ChainAnswer | None:
+    return lifecycle_views.chain(conn, s, tenant, space, item, _basis(conn, s, position))
+
+
+def _policies(conn: Any, s: str, tenant: str, space: str, position: int | None
+              ) -> PolicyHistory:
+    at = _basis(conn, s, position)
+    return PolicyHistory(basis=at, space_id=space,
+                         versions=lifecycle_views.policies(conn, s, tenant, space, at))
+
+
+def _suggestions(conn: Any, s: str, tenant: str, space: str, position: int | None, limit: int
+                 ) -> MergeSuggestions:
+    at = _basis(conn, s, position)
+    return MergeSuggestions(basis=at, space_id=space, suggestions=lifecycle_views.
+                            merge_suggestions(conn, s, tenant, space, at, limit))

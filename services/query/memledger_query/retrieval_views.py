@@ -1,0 +1,45 @@
+"""Plain reads for the retrieval audit: a recorded retrieval (from the change log, which keeps
+every event's payload, personal fields scrubbed on erasure), and whether a space's policy asks
+for its retrievals to be audited."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import Connection, sql
+
+from memledger_query.dto import Basis
+from memledger_query.retrieval_dto import RetrievalRecord, Shown
+from memledger_schemas.upcasting import upcast
+
+EVENT_TYPE = "retrieval.performed"
+
+
+def retrieval(conn: Connection[Any], s: str, tenant: str, retrieval_id: str
+              ) -> RetrievalRecord | None:
+    """The retrieval recorded as ``retrieval_id`` in ``tenant``, if any."""
+    row = conn.execute(sql.SQL(
+        "SELECT position, recorded_at, actor, payload FROM {}.changes WHERE tenant_id = %s "
+        "AND subject = %s AND event_type = %s ORDER BY position LIMIT 1").format(
+        sql.Identifier(s)), (tenant, retrieval_id, EVENT_TYPE)).fetchone()
+    if row is None:
+        return None
+    position, recorded_at, actor, payload = row
+    _, p = upcast(EVENT_TYPE, 2 if "results" in payload else 1, payload)
+    return RetrievalRecord(
+        retrieval_id=retrieval_id, position=position, recorded_at=recorded_at, actor=actor,
+        operation=p["operation"], query=p.get("query"), subject=p.get("subject"),
+        spaces=list(p.get("spaces") or ()), parameters=p.get("parameters") or {},
+        basis=Basis.model_validate(p["basis"]),
+        results=[Shown.model_validate(r) for r in p["results"]],
+        policy_version=p["policy_version"])
+
+
+def audited_by_policy(conn: Connection[Any], s: str, tenant: str, spaces: Sequence[str]
+                      ) -> bool:
+    """Whether the policy of any of ``spaces`` (none: any space of the tenant) sets
+    ``audit_retrievals`` (read defensively: a policy without the field does not audit)."""
+    row = conn.execute(sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {}.spaces WHERE tenant_id = %s AND (cardinality(%s::text[]) "
+        "= 0 OR space_id = ANY(%s::text[])) AND policy->>'audit_retrievals' = 'true')").format(
+        sql.Identifier(s)), (tenant, list(spaces), list(spaces))).fetchone()
+    return bool(row and row[0])
