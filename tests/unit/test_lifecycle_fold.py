@@ -117,7 +117,8 @@ def test_the_same_events_and_clock_decide_the_same_and_once_applied_nothing_more
     now = T0 + timedelta(days=5, hours=1)
 
     first, again = fold(log.events).archives(now), fold(log.events).archives(now)
-    assert first == again and len(first) == 2
+    assert first == again
+    assert len(first) == 2
     assert all(isinstance(a, Archive) and a.idempotency_key.endswith(":v1") for a in first)
     for archive in first:
         log.add("memory.archived", now, item_id=archive.item_id, reason=archive.reason,
