@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import psycopg
@@ -72,7 +73,7 @@ async def _populate(writer: GroupCommitWriter) -> int:
     await writer.submit("acme", [c.CreateSpace(space_id="main")])
     session = (await writer.submit("acme", [c.StartSession(space_id="main",
                                                            subject_id="u7")]))[0]
-    await writer.submit("acme", [
+    [fact, *_] = await writer.submit("acme", [
         c.AssertMemory(space_id="main", kind="fact", subject_id="u7",
                        content=f"My name is {name} and I work at {company}"),
         c.AssertMemory(space_id="main", kind="observation", subject_id="u7",
@@ -84,6 +85,17 @@ async def _populate(writer: GroupCommitWriter) -> int:
                        subject_id="u7"),
         c.AssertMemory(space_id="main", kind="fact", subject_id="u8",
                        content=f"Bob's locker code is {BOB}")])
+    # Feedback (a signal, and a personal comment) and an audited retrieval whose query names
+    # the subject: their rows must scrub to what a rebuild makes of them too.
+    await writer.submit("acme", [
+        c.RecordFeedback(space_id="main", item_id=fact.ids["item_id"], signal="rating",
+                         rating=2, comment=f"{diary} is wrong", subject_id="u7"),
+        c.RecordRetrieval.model_validate({
+            "retrieval_id": UUID(int=7), "operation": "search", "subject_id": "u7",
+            "query": f"where does {name} work?", "subject": name, "spaces": ["main"],
+            "parameters": {"k": 3}, "policy_version": "rank-test",
+            "basis": {"position": 1, "recorded_at": None, "valid_at": "2026-01-01T00:00:00Z"},
+            "results": [{"ref": fact.ids["item_id"], "score": 0.5, "section": "filtered"}]})])
     return event_store_position(writer)
 
 

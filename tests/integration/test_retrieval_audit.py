@@ -112,7 +112,7 @@ async def test_an_audited_search_is_recorded_and_replays_to_the_same_list_after_
         await change_the_world(running, client, first)
         now = await post(client, "/v1/search", query=QUERY, **DENSE)
         replay = await post(client, f"/v1/retrievals/{audited['retrieval_id']}/replay")
-    assert [r for r, _ in shown(audited)] == first[:2], "the two closest, the best first"
+    assert [r for r, _ in shown(audited)] == first, "by meaning, the closest first"
     assert [(r["ref"], r["score"]) for r in record["results"]] == shown(audited)
     assert (record["operation"], record["query"], record["spaces"]) == ("search", QUERY, [])
     assert record["basis"] == audited["basis"]
@@ -124,13 +124,23 @@ async def test_an_audited_search_is_recorded_and_replays_to_the_same_list_after_
     assert replay["policy_version"] == replay["current_policy_version"]
     [event] = [e for e in read_everything(running.writer._store)
                if e.event_type == "retrieval.performed"]
-    assert event.global_position == audited["retrieval_position"]
+    assert event.position == audited["retrieval_position"]
+
+
+def only_scores_drifted(replay: dict[str, Any], most: float) -> None:
+    """The same entries in the same order, each score within ``most`` (relative) of its
+    recorded one."""
+    assert replay["same_items"], replay["differences"]
+    for difference in replay["differences"]:
+        recorded, replayed = difference["recorded"]["score"], difference["replayed"]["score"]
+        assert abs(replayed - recorded) <= most * recorded, difference
 
 
 async def test_a_hybrid_replay_keeps_its_list_though_keyword_statistics_drift(
         running: Pipeline) -> None:
-    """Keyword (BM25) IDF is computed over the whole index when a search runs, so more writes
-    that share the query's words change keyword scores; the items and their order hold here."""
+    """Keyword (BM25) IDF is computed over the whole index when a search runs, so later writes
+    that share the query's words lower keyword scores (measured here: 1-4 %); the items and
+    their order hold. A dense-only replay is exact (above)."""
     await write(running, CreateSpace(space_id="main"))
     first = await memories(running, FIRST)
     async with running.client("acme") as client:
@@ -138,13 +148,11 @@ async def test_a_hybrid_replay_keeps_its_list_though_keyword_statistics_drift(
         audited = await post(client, "/v1/search", query=QUERY, audit=True)
         await change_the_world(running, client, first)
         replay = await post(client, f"/v1/retrievals/{audited['retrieval_id']}/replay")
-    assert replay["same_items"]
-    drifted = [d for d in replay["differences"]
-               if d["recorded"]["ref"] != d["replayed"]["ref"]]
-    assert drifted == [], "only scores may drift, never the list"
+    assert not replay["same"], "the keyword statistics did drift"
+    only_scores_drifted(replay, most=0.1)
 
 
-async def test_a_space_policy_audits_every_context_bundle_and_its_replay_is_the_same(
+async def test_a_space_policy_audits_every_context_bundle_and_its_replay_keeps_its_list(
         running: Pipeline) -> None:
     await write(running, CreateSpace(space_id="main"))
     await write(running, SetSpacePolicy(space_id="main", audit_retrievals=True))
@@ -166,7 +174,8 @@ async def test_a_space_policy_audits_every_context_bundle_and_its_replay_is_the_
     sections = {r["section"] for r in record["results"]}
     assert {"session", "memories"} <= sections
     assert said["message_id"] in [r["ref"] for r in record["results"]]
-    assert (replay["same"], replay["differences"]) == (True, [])
+    # A context bundle searches with keywords too: its scores drift like a hybrid search's.
+    only_scores_drifted(replay, most=0.1)
 
 
 async def test_an_unaudited_call_records_nothing(running: Pipeline) -> None:

@@ -49,9 +49,11 @@ class IntakeClient:
                 self._waiting[reply_to] = future
                 futures.append(future)
                 name = type(command).model_fields["command"].default
+                # What was set, as set: a null that is required (a retrieval's basis without
+                # recorded_at) must be sent; what was left to its default need not be.
                 await self._js.publish(
                     self._subjects.intake(tenant, name),
-                    command.model_dump_json(exclude_none=True).encode(),
+                    command.model_dump_json(exclude_unset=True).encode(),
                     headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
             return list(await asyncio.wait_for(asyncio.gather(*futures), self._timeout))
         finally:
