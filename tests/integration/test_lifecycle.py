@@ -3,7 +3,7 @@ sends ingest what the policy and consolidation decide; the read models then show
 restarted scheduler decides the same and writes nothing twice."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ async def _until(check: Any, seconds: float = 30.0) -> Any:
 
 
 async def _scheduled(nats_js: Nats, subjects: Subjects, clock: FixedClock
-                     ) -> AsyncIterator[Scheduler]:
+                     ) -> AsyncGenerator[Scheduler, None]:
     nc, js = nats_js
     intake = IntakeClient(nc, js, subjects, timeout_seconds=20)
     await intake.start()

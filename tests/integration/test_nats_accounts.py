@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 import orjson
 import pytest
@@ -28,6 +29,7 @@ from memledger_enricher import bootstrap as enricher
 from memledger_ingest import bootstrap as ingest
 from memledger_ingest import relay_service as relay
 from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.engines.process import free_port
 from memledger_platform.settings import Settings
@@ -153,12 +155,15 @@ def _settings(server: AccountsNats, user: str, dsn: str, schema: str, home: Path
 
 
 @contextlib.asynccontextmanager
-async def _services(server: AccountsNats, dsn: str, schema: str, home: Path
+async def _services(server: AccountsNats, dsn: str, schema: str, home: Path,
+                    query_settings: Settings | None = None
                     ) -> AsyncIterator[list["asyncio.Task[None]"]]:
     """The six services, each through its composition root as its own NATS user. Started in
     stages, as compose orders them: each creates its tables with CREATE ... IF NOT EXISTS, which
     PostgreSQL does not serialise (two at once can fail on a duplicate key)."""
     def s(user: str) -> Settings:
+        if user == "query" and query_settings is not None:
+            return query_settings
         return _settings(server, user, dsn, schema, home)
 
     stop = asyncio.Event()
@@ -194,7 +199,8 @@ async def _send(nc: Client, command: str, body: dict[str, Any], reply: str) -> N
 
 async def test_every_service_runs_with_only_its_own_permissions(
         accounts_nats: AccountsNats, engines: Endpoints, pg_schema: str, tmp_path: Path) -> None:
-    async with _services(accounts_nats, engines.postgres_dsn, pg_schema, tmp_path), \
+    queries = _settings(accounts_nats, "query", engines.postgres_dsn, pg_schema, tmp_path)
+    async with _services(accounts_nats, engines.postgres_dsn, pg_schema, tmp_path, queries), \
             _as(accounts_nats, "acme") as acme:
         replies: list[Msg] = []
         events: list[Msg] = []
@@ -213,10 +219,29 @@ async def test_every_service_runs_with_only_its_own_permissions(
         await eventually(answered, timeout=30, interval=0.2)
         status = await eventually(lambda: _caught_up(accounts_nats, engines, pg_schema),
                                   timeout=60, interval=0.5)
+        audited = await _audited_search(queries)
     types = {m.subject.rsplit(".", 2)[-2] + "." + m.subject.rsplit(".", 1)[-1] for m in events}
     assert {"space.created", "memory.asserted", "memory.embedded"} <= types, types
+    assert audited["results"], audited
     assert {p.name for p in status.projections} == {"postgres", "vectors"}
     assert accounts_nats.violations() == []
+
+
+async def _audited_search(settings: Settings) -> dict[str, Any]:
+    """An audited search on the query service: it records the retrieval over NATS intake as
+    its own user, and reads it back."""
+    base = f"http://{settings.http_host}:{settings.http_port}"
+    async with httpx.AsyncClient(base_url=base, headers={TENANT_HEADER: "acme"},
+                                 timeout=30) as client:
+        response = await client.post("/v1/search", json={
+            "query": "sky", "audit": True, "threshold": 0.0,
+            "weights": {"dense": 0.0, "keyword": 1.0}})
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        record = await client.get(f"/v1/retrievals/{answer['retrieval_id']}",
+                                  params={"min_position": answer["retrieval_position"]})
+    assert record.status_code == 200, record.text
+    return answer
 
 
 async def _consuming(server: AccountsNats, services: list["asyncio.Task[None]"],

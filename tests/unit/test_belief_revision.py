@@ -30,7 +30,7 @@ def _world(holder_object: str | None = "tea", holder_status: str = "active",
 
 def _assert(triple: e.Triple = TEA, **extra: object) -> c.AssertMemory:
     return c.AssertMemory(space_id=SPACE, kind="preference", content="Ada prefers it",
-                          triple=triple, item_id=NEW, **extra)  # type: ignore[arg-type]
+                          triple=triple, item_id=NEW, **extra)
 
 
 def test_a_new_object_for_a_held_slot_supersedes_the_holder_as_a_contradiction() -> None:

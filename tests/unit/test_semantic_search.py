@@ -154,3 +154,24 @@ def test_the_signals_of_every_layers_candidates_are_looked_up_once_and_reorder_h
     best = rated[1].hits[0]
     assert best.explain["signals_rated"] == 3
     assert best.explain["utility_factor"] > 1
+
+
+def test_session_memory_is_searched_only_by_naming_its_session() -> None:
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    from memledger_query.dto import Basis
+    from memledger_query.semantic_dto import SearchRequest
+    from memledger_query.semantic_http import _layers
+
+    at = Basis(position=5, recorded_at=None, valid_at=datetime(2026, 1, 1, tzinfo=UTC))
+    flat = _layers("acme", SearchRequest(query="q", spaces=["main"]), at, 5, ())
+    assert [layer.scope.layers for layer in flat] == [("project", "ecosystem")]
+    session = UUID(int=3)
+    named = _layers("acme", SearchRequest(query="q", session_id=session), at, 5, ())
+    assert [(layer.scope.session, layer.scope.layers) for layer in named] == [(str(session), ())]
+    layered = _layers("acme", SearchRequest(query="q", session_id=session,
+                                            scope="hierarchical"), at, 5, ("main",))
+    assert [(layer.name, layer.scope.layers, layer.scope.spaces) for layer in layered] == [
+        ("session", (), ()), ("project", ("project",), ()),
+        ("ecosystem", ("ecosystem",), ("main",))]

@@ -83,6 +83,16 @@ class VectorIndexContract:
         assert ids(index, now(tenant="globex")) == ["4"]
         assert index.delete_subject("acme", "u7") == 0
 
+    def test_layers_narrow_the_scope_so_session_memory_stays_in_its_session(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, layer="session", session="s1"),
+                      point("2", X, {RARE: 1.0}, layer="project"),
+                      point("3", X, {RARE: 1.0}, layer="ecosystem")])
+        project = now(layers=("project",))
+        assert ids(index, project) == keyword_ids(index, project, RARE) == ["2"]
+        assert sorted(ids(index, now(layers=("project", "ecosystem")))) == ["2", "3"]
+        assert ids(index, now(session="s1")) == ["1"]
+
     def test_hits_come_best_first_and_at_most_k(self, index: VectorIndex) -> None:
         index.upsert([point("1", X), point("2", [0.9, 0.1, 0]), point("3", Y)])
         hits = index.search(X, now(), 2)
