@@ -51,6 +51,20 @@ def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running) 
     eventually_sync(found, timeout=60)
 
 
+def test_an_audited_search_is_recorded_and_replays_through_the_public_api(
+        memledger: Running) -> None:
+    written = _write_fact(memledger.url, "The quarterly report is due on Friday")
+    body = {"query": "quarterly report", "audit": True, "min_position": written["position"]}
+    answer = httpx.post(f"{memledger.url}/v1/search", json=body, timeout=30).json()
+    retrieval = f"{memledger.url}/v1/retrievals/{answer['retrieval_id']}"
+    record = httpx.get(retrieval, params={"min_position": answer["retrieval_position"]},
+                       timeout=10).json()
+    replay = httpx.post(f"{retrieval}/replay", timeout=30).json()
+    assert [r["ref"] for r in record["results"]] == [h["item_id"] for h in answer["results"]]
+    assert (record["query"], record["basis"]) == ("quarterly report", answer["basis"])
+    assert replay["same"], replay["differences"]
+
+
 def test_up_prints_where_it_listens_and_a_curl_example(memledger: Running) -> None:
     text = "".join(memledger.output)
     assert memledger.url.startswith("http://127.0.0.1:")

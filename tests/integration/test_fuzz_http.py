@@ -17,8 +17,10 @@ from memledger_ingest.http import create_app as ingest_app
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_projector.vector_consumer import VectorProjector
+from memledger_query import retrieval_http
 from memledger_query.http import create_app as query_app
 from memledger_query.reader import Reader
+from memledger_query.recorder import MemoryRecorder
 from memledger_query.semantic_http import Semantic, add_routes
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
@@ -75,7 +77,10 @@ async def query(engines: Endpoints, side: ReadSide, writer: GroupCommitWriter
         reader, embedder, index = Reader(pool, side.names), HashingEmbedder(), InMemoryVectorIndex()
         app = query_app(reader, side.store, "default")
         progress = VectorProjector(Subjects("unused"), index, embedder.model_id)
-        add_routes(app, Semantic(index, embedder, progress, reader))
+        # A recorder that always records: a query service that cannot is a 503 by design.
+        semantic = Semantic(index, embedder, progress, reader, recorder=MemoryRecorder())
+        add_routes(app, semantic)
+        retrieval_http.add_routes(app, semantic)
         yield app
     finally:
         pool.close()

@@ -133,11 +133,12 @@ async def test_reads_of_the_same_story_answer_alike_over_http_and_grpc(apis: Api
     assert now == as_message(await _get(apis, item_path, valid_at=Y2023, min_position=last),
                              qpb.ItemAnswer())
     assert (now.item.content, now.basis.position) == ("Alice works at Globex", last)
+    # position 2 claims the (alice, works_at) slot; 3 asserts the item
     as_known = await apis.query.GetItem(qpb.GetItemRequest(
-        space_id=SPACE, item_id=str(ITEM), valid_at=_ts(Y2023), as_of_position=2),
+        space_id=SPACE, item_id=str(ITEM), valid_at=_ts(Y2023), as_of_position=3),
         metadata=apis.metadata)
     assert as_known == as_message(await _get(apis, item_path, valid_at=Y2023,
-                                             as_of_position=2), qpb.ItemAnswer())
+                                             as_of_position=3), qpb.ItemAnswer())
     assert as_known.item.content == "Alice works at Acme"
     replayed = await apis.query.GetItem(qpb.GetItemRequest(
         space_id=SPACE, item_id=str(ITEM), valid_at=_ts(Y2021), source="replay"),
@@ -157,7 +158,8 @@ async def test_reads_of_the_same_story_answer_alike_over_http_and_grpc(apis: Api
     for answer in (history, over_http):  # a history's basis is valid now: when it was asked
         answer.basis.ClearField("valid_at")
     assert history == over_http
-    assert [c.event_type for c in history.changes] == ["memory.asserted", "memory.revised"]
+    assert [c.event_type for c in history.changes] == [
+        "triple.claimed", "memory.asserted", "memory.revised"]
     assert as_dict(history.versions[0].attrs)["content"] == "Alice works at Acme"
 
 
@@ -173,8 +175,8 @@ async def test_changes_stream_the_pages_the_http_feed_pages_through(apis: Apis) 
         if len(http_pages[-1]["changes"]) < 2:
             break
     assert pages == [as_message(p, qpb.ChangePage()) for p in http_pages]
-    assert [len(p.changes) for p in pages] == [2, 2, 0]
-    assert as_dict(pages[1].changes[0].payload)["reason"] == "she told us she moved"
+    assert [len(p.changes) for p in pages] == [2, 2, 1]  # the slot claim is a change too
+    assert as_dict(pages[1].changes[1].payload)["reason"] == "she told us she moved"
 
 
 async def test_search_and_context_answer_alike_over_http_and_grpc(apis: Apis) -> None:

@@ -210,6 +210,24 @@ def test_an_event_without_a_handler_still_gets_a_change_row_without_its_vector()
     assert projection.position == 4
 
 
+def test_feedback_and_reaffirmation_become_one_signal_row_each_without_the_comment() -> None:
+    rated = later(4, "feedback.recorded", {"feedback_id": SUCCESSOR, "signal": "rating",
+                                           "rating": 2, "comment": "personal words"})
+    used = later(5, "feedback.recorded", {"feedback_id": ALICE, "signal": "used"})
+    reaffirmed = later(6, "memory.reaffirmed", {})
+    projection = fold(*STORY, rated, used, reaffirmed)
+    assert [(s["position"], s["item_id"], s["signal"], s["rating"])
+            for s in projection.signals] == [(4, ALICE, "rating", 2), (5, ALICE, "used", None),
+                                             (6, ALICE, "reaffirmed", None)]
+    assert "comment" not in projection.signals[0]
+
+
+def test_a_retrieval_is_the_subject_of_its_change_row() -> None:
+    retrieval = envelope(4, "retrieval.performed", {"retrieval_id": SUCCESSOR, "results": []},
+                         recorded="2025-04-01T09:00:00Z")
+    assert fold(*STORY, retrieval).changes[-1]["subject"] == SUCCESSOR
+
+
 def test_event_from_decodes_iso_times_into_aware_datetimes() -> None:
     event = event_from(CORRECTED)
     assert event.recorded_at == datetime(2025, 3, 1, 9, tzinfo=UTC)

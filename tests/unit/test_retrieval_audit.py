@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from memledger_platform.auth import Principal
 from memledger_query.context import Entry
 from memledger_query.dto import Basis, Item
 from memledger_query.http import Problem
@@ -16,6 +17,7 @@ from memledger_query.recorder import (
     RecordingFailed,
 )
 from memledger_query.retrieval_dto import RetrievalRecord, Shown
+from memledger_query.retrieval_http import _may_read
 from memledger_query.retrievals import (
     compare,
     context_request,
@@ -214,3 +216,19 @@ def test_candidates_come_after_the_steering_rules_and_before_the_preferences() -
          item("r2", "steering_rule", 0.8)], [candidate])
     assert [e.ref for e in entries] == ["r2", "r1", "c", "p"]
     assert [e.flag for e in entries] == [None, None, FLAG, None]
+
+
+# --- who may read a retrieval ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("spaces", "grants", "visible"), [
+    (["notes"], None, True),
+    ([], None, True),
+    (["notes"], {"notes", "side"}, True),
+    (["notes", "side"], {"notes"}, False),
+    ([], {"notes"}, False),
+], ids=["whole-tenant key", "whole-tenant call, whole-tenant key", "granted",
+        "one space not granted", "whole-tenant call, limited key"])
+def test_a_retrieval_is_read_with_the_grants_its_call_needed(
+        spaces: list[str], grants: set[str] | None, visible: bool) -> None:
+    who = Principal("acme", "read", None if grants is None else frozenset(grants))
+    assert _may_read(who, spaces) is visible

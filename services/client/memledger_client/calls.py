@@ -100,6 +100,7 @@ class SearchOptions(AsOf, total=False):
     layers: LayerLimits | Mapping[str, int]
     weights: Weights | Mapping[str, float]
     explain: bool
+    audit: bool
 
 
 class ContextOptions(AsOf, total=False):
@@ -107,6 +108,7 @@ class ContextOptions(AsOf, total=False):
     query: str | None
     budget_tokens: int
     shares: ContextShares | Mapping[str, int]
+    audit: bool
 
 
 _QUERY_NAMES = {"kinds": "kind", "tags": "tag"}

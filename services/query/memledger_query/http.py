@@ -59,7 +59,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "no API key, or an unknown or revoked one"),
         (403, "the key's role or space grants do not allow it"),
         (404, "unknown space, item or session (including another tenant's)"),
-        (503, "not_yet_visible: the read models did not reach min_position within wait_ms"))}
+        (503, "not_yet_visible: the read models did not reach min_position within wait_ms; "
+              "audit_failed: an audited search or context call could not be recorded"))}
 """Documented on every route (found missing by schemathesis: the app answered them, the
 OpenAPI document only listed 200 and 422)."""
 
