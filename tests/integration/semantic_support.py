@@ -35,6 +35,7 @@ from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.recorder import IntakeRecorder
 from memledger_query.semantic_http import Semantic, add_routes
+from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
 
 
@@ -55,6 +56,12 @@ class Pipeline:
                       ) -> httpx.AsyncClient:
         """A client of the ingest app."""
         return _client(self.ingest_app, tenant, key)
+
+
+async def write(p: Pipeline, *commands: CommandBase, tenant: str = "acme") -> dict[str, Any]:
+    """Commit ``commands`` as one submission: the last one's position and ids."""
+    result = (await p.writer.submit(tenant, list(commands)))[-1]
+    return {"position": result.position, **result.ids}
 
 
 def _client(app: Any, tenant: str | None, key: str | None) -> httpx.AsyncClient:

@@ -18,13 +18,12 @@ from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import (
     AssertMemory,
-    CommandBase,
     CreateSpace,
     ReaffirmMemory,
     RecordFeedback,
 )
 from memledger_schemas.subjects import Subjects
-from tests.integration.semantic_support import Pipeline, pipeline
+from tests.integration.semantic_support import Pipeline, pipeline, write
 from tests.support import eventually
 
 Nats = tuple[Client, JetStreamContext]
@@ -49,10 +48,6 @@ async def running(engines: Endpoints, event_store: PostgresEventStore, pg_schema
                         writer, minilm, tmp_path / "vectors") as found:
         yield found
 
-
-async def write(p: Pipeline, *commands: CommandBase) -> dict[str, Any]:
-    result = (await p.writer.submit("acme", list(commands)))[-1]
-    return {"position": result.position, **result.ids}
 
 
 async def search(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:

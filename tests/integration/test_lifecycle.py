@@ -25,7 +25,7 @@ from memledger_projector.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything
-from tests.integration.semantic_support import Pipeline, pipeline
+from tests.integration.semantic_support import Pipeline, pipeline, write
 
 Nats = tuple[Client, JetStreamContext]
 
@@ -39,10 +39,6 @@ async def running(engines: Endpoints, event_store: PostgresEventStore, pg_schema
                         writer, embedder, tmp_path / "vectors") as found:
         yield found
 
-
-async def _write(p: Pipeline, *commands: c.CommandBase) -> dict[str, Any]:
-    result = (await p.writer.submit("acme", list(commands)))[-1]
-    return {"position": result.position, **result.ids}
 
 
 async def _until(check: Any, seconds: float = 30.0) -> Any:
@@ -72,17 +68,17 @@ async def _scheduled(nats_js: Nats, subjects: Subjects, clock: FixedClock
 async def test_expiry_and_consolidation_are_events_with_their_policy_and_happen_once(
         running: Pipeline, nats_js: Nats, subjects: Subjects,
         event_store: PostgresEventStore) -> None:
-    await _write(running, c.CreateSpace(space_id="main"))
-    await _write(running, c.SetSpacePolicy(space_id="main", session_ttl_seconds=1800,
+    await write(running, c.CreateSpace(space_id="main"))
+    await write(running, c.SetSpacePolicy(space_id="main", session_ttl_seconds=1800,
                                            consolidation="merge", merge_cosine=0.99))
-    session = (await _write(running, c.StartSession(space_id="main")))["session_id"]
-    said = await _write(running, c.AssertMemory(space_id="main", session_id=session,
+    session = (await write(running, c.StartSession(space_id="main")))["session_id"]
+    said = await write(running, c.AssertMemory(space_id="main", session_id=session,
                                                 kind="observation", content="user seems tired"))
-    first = await _write(running, c.AssertMemory(space_id="main", kind="fact",
+    first = await write(running, c.AssertMemory(space_id="main", kind="fact",
                                                  content="the build needs Python 3.11"))
-    again = await _write(running, c.AssertMemory(space_id="main", kind="fact",
+    again = await write(running, c.AssertMemory(space_id="main", kind="fact",
                                                  content="the build needs Python 3.11"))
-    ended = await _write(running, c.EndSession(space_id="main", session_id=session))
+    ended = await write(running, c.EndSession(space_id="main", session_id=session))
     clock = FixedClock(SystemClock().now() + timedelta(hours=1))
 
     scheduling = _scheduled(nats_js, subjects, clock)

@@ -19,7 +19,6 @@ from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import (
     AppendMessage,
     AssertMemory,
-    CommandBase,
     CreateSpace,
     RecordFeedback,
     SetSpacePolicy,
@@ -27,7 +26,7 @@ from memledger_schemas.commands import (
 )
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything
-from tests.integration.semantic_support import Pipeline, pipeline
+from tests.integration.semantic_support import Pipeline, pipeline, write
 from tests.support import eventually
 
 Nats = tuple[Client, JetStreamContext]
@@ -55,10 +54,6 @@ async def running(engines: Endpoints, event_store: PostgresEventStore, pg_schema
                         writer, minilm, tmp_path / "vectors") as found:
         yield found
 
-
-async def write(p: Pipeline, *commands: CommandBase, tenant: str = "acme") -> dict[str, Any]:
-    result = (await p.writer.submit(tenant, list(commands)))[-1]
-    return {"position": result.position, **result.ids}
 
 
 async def memories(p: Pipeline, contents: tuple[str, ...]) -> list[str]:

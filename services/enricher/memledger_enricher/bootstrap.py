@@ -5,10 +5,8 @@ import logging
 
 from memledger_enricher import embedders
 from memledger_enricher.service import DURABLE, Enricher
-from memledger_platform import bus, telemetry
-from memledger_platform.crypto import Opener
-from memledger_platform.intake_client import IntakeClient
-from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform import telemetry
+from memledger_platform.intake_client import ingest_client
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug
 
@@ -18,27 +16,15 @@ log = logging.getLogger(__name__)
 async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     """Enrich until ``stop`` is set."""
     embedder = await asyncio.to_thread(embedders.from_settings, settings)
-    nc = await bus.connect(nats_url, "memledger-enricher")
-    js = nc.jetstream()
-    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-    intake = IntakeClient(nc, js, settings.subjects,
-                          timeout_seconds=settings.enricher_reply_timeout_seconds)
-    await intake.start()
     # One consumer per model: switching the model re-enriches the whole log with the new one.
     # Sealed personal data is opened with the subjects' keys, kept beside the event store.
-    keyring, pool = (await asyncio.to_thread(keyring_for, settings, settings.postgres_dsn)
-                     if settings.postgres_dsn else (None, None))
-    enricher = Enricher(js, settings.subjects, embedder, intake, batch=settings.enricher_batch,
-                        durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
-                        opener=Opener(keyring))
-    log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
-    try:
+    async with ingest_client(settings, nats_url, "memledger-enricher") as client:
+        enricher = Enricher(client.js, settings.subjects, embedder, client.intake,
+                            batch=settings.enricher_batch,
+                            durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                            opener=client.opener)
+        log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
         await enricher.run(stop)
-    finally:
-        await intake.close()
-        await nc.close()
-        if pool is not None:
-            pool.close()
 
 
 async def run(settings: Settings) -> None:

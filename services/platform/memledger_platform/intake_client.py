@@ -4,6 +4,9 @@ other (DESIGN §1: only ingest writes the event store)."""
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -12,7 +15,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from memledger_platform import telemetry
+from memledger_platform import bus, telemetry
+from memledger_platform.crypto import Opener
+from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.settings import Settings
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
@@ -65,3 +71,35 @@ class IntakeClient:
         future = self._waiting.pop(msg.subject, None)
         if future is not None and not future.done():
             future.set_result(orjson.loads(msg.data))
+
+
+@dataclass(frozen=True)
+class IngestClientSession:
+    """What a service that reads the events stream and writes through intake holds: its
+    JetStream context, its intake client and an opener of sealed personal data."""
+
+    js: JetStreamContext
+    intake: IntakeClient
+    opener: Opener
+
+
+@asynccontextmanager
+async def ingest_client(settings: Settings, nats_url: str, name: str
+                        ) -> AsyncIterator[IngestClientSession]:
+    """Connect as ``name``, make sure the streams exist, start an intake client and open the
+    keyring (beside the event store, when there is one); close them all on the way out."""
+    nc = await bus.connect(nats_url, name)
+    js = nc.jetstream()
+    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+    intake = IntakeClient(nc, js, settings.subjects,
+                          timeout_seconds=settings.enricher_reply_timeout_seconds)
+    await intake.start()
+    keyring, pool = (await asyncio.to_thread(keyring_for, settings, settings.postgres_dsn)
+                     if settings.postgres_dsn else (None, None))
+    try:
+        yield IngestClientSession(js, intake, Opener(keyring))
+    finally:
+        await intake.close()
+        await nc.close()
+        if pool is not None:
+            pool.close()

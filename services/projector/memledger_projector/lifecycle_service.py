@@ -24,8 +24,7 @@ from nats.js.errors import NotFoundError
 from memledger_platform import bus, telemetry
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
-from memledger_platform.intake_client import IntakeClient
-from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.intake_client import IntakeClient, ingest_client
 from memledger_platform.settings import Settings
 from memledger_projector.lifecycle_fold import (
     EVENT_TYPES,
@@ -160,26 +159,13 @@ def _consolidation(found: Consolidation) -> c.CommandBase:
 
 async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     """Schedule until ``stop`` is set."""
-    nc = await bus.connect(nats_url, "memledger-lifecycle")
-    js = nc.jetstream()
-    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-    intake = IntakeClient(nc, js, settings.subjects,
-                          timeout_seconds=settings.enricher_reply_timeout_seconds)
-    await intake.start()
-    keyring, pool = (await asyncio.to_thread(keyring_for, settings, settings.postgres_dsn)
-                     if settings.postgres_dsn else (None, None))
-    scheduler = Scheduler(js, settings.subjects, intake,
-                          interval_seconds=settings.lifecycle_interval_seconds,
-                          opener=Opener(keyring))
-    log.info("lifecycle scheduler on %s, every %s s", settings.subjects.events_stream,
-             settings.lifecycle_interval_seconds)
-    try:
+    async with ingest_client(settings, nats_url, "memledger-lifecycle") as client:
+        scheduler = Scheduler(client.js, settings.subjects, client.intake,
+                              interval_seconds=settings.lifecycle_interval_seconds,
+                              opener=client.opener)
+        log.info("lifecycle scheduler on %s, every %s s", settings.subjects.events_stream,
+                 settings.lifecycle_interval_seconds)
         await scheduler.run(stop)
-    finally:
-        await intake.close()
-        await nc.close()
-        if pool is not None:
-            pool.close()
 
 
 async def run(settings: Settings) -> None:

@@ -158,6 +158,18 @@ def principal() -> Principal:
     return _PRINCIPAL.get()
 
 
+async def read_visible(reader: Reader, min_position: int | None, wait_ms: int,
+                       fn: Callable[..., T], *args: Any) -> T:
+    """Run the read function ``fn`` once the read models reached ``min_position`` (503
+    ``not_yet_visible`` if they do not within ``wait_ms``)."""
+    try:
+        await reader.wait_for(min_position, wait_ms)
+    except NotYetVisible as late:
+        raise Problem(503, "not_yet_visible", str(late), "query.min_position",
+                      projected_position=late.reached) from None
+    return await asyncio.to_thread(reader.run, fn, *args)
+
+
 def _authenticate(app: FastAPI, gate: Gate) -> None:
     """Every read needs the read role; a path naming a space needs a grant for it; the
     tenant-wide changes feed needs a key for the whole tenant. Search and context check the
@@ -203,12 +215,7 @@ def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None
 
     async def read(min_position: int | None, wait_ms: int, fn: Callable[..., T], *args: Any
                    ) -> T:
-        try:
-            await reader.wait_for(min_position, wait_ms)
-        except NotYetVisible as late:
-            raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                          projected_position=late.reached) from None
-        return await asyncio.to_thread(reader.run, fn, *args)
+        return await read_visible(reader, min_position, wait_ms, fn, *args)
 
     @app.get("/v1/spaces/{space_id}/items/{item_id}", response_model=ItemAnswer)
     async def get_item(space_id: str, item_id: str, x_tenant: Tenant = None,

@@ -1,7 +1,6 @@
 """HTTP for a memory's lifecycle: the supersession chain of an item, a space's policy
 versions and the merges consolidation suggested (plain reads, with their basis)."""
 
-import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -15,9 +14,18 @@ from memledger_query.dto import (
     MergeSuggestions,
     PolicyHistory,
 )
-from memledger_query.http import AsOf, MinPosition, Problem, Tenant, WaitMs, _json, _uuid
+from memledger_query.http import (
+    AsOf,
+    MinPosition,
+    Problem,
+    Tenant,
+    WaitMs,
+    _json,
+    _uuid,
+    read_visible,
+)
 from memledger_query.http import principal as _principal
-from memledger_query.reader import NotYetVisible, Reader
+from memledger_query.reader import Reader
 
 T = TypeVar("T")
 
@@ -25,12 +33,7 @@ T = TypeVar("T")
 def add_routes(app: FastAPI, reader: Reader) -> None:
     async def read(min_position: int | None, wait_ms: int, fn: Callable[..., T], *args: Any
                    ) -> T:
-        try:
-            await reader.wait_for(min_position, wait_ms)
-        except NotYetVisible as late:
-            raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                          projected_position=late.reached) from None
-        return await asyncio.to_thread(reader.run, fn, *args)
+        return await read_visible(reader, min_position, wait_ms, fn, *args)
 
     @app.get("/v1/spaces/{space_id}/items/{item_id}/chain", response_model=ChainAnswer)
     async def chain(space_id: str, item_id: str, x_tenant: Tenant = None,
