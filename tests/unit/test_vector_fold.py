@@ -178,6 +178,22 @@ def test_an_embedding_that_arrives_in_a_later_batch_is_added_to_the_written_poin
     assert [p.vector for p in projected.points()] == [dense_of(ACME)]
 
 
+def test_a_new_items_assertion_does_not_ask_the_index_and_a_later_event_does() -> None:
+    asked: list[tuple[str, str]] = []
+    index = InMemoryVectorIndex()
+
+    def load(tenant: str, item: str) -> list[IndexedPoint]:
+        asked.append((tenant, item))
+        return index.points(tenant, item)
+
+    fold = VectorFold(load, MODEL, cache_items=0)
+    fold.apply(vector_event(ASSERTED))
+    index.upsert(fold.take()[0])
+    assert asked == []
+    fold.apply(vector_event(EMBEDDED))  # evicted (no cache): read back from the index
+    assert asked == [(TENANT, ALICE)]
+
+
 def test_events_the_vector_model_ignores_only_advance_its_position() -> None:
     projected = project(ASSERTED, later(5, "session.started", {"session_id": "s1"}))
     assert projected.fold.position == 5

@@ -3,7 +3,7 @@
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from uuid import UUID
@@ -12,6 +12,7 @@ import pytest
 
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform.crypto import MemoryKeyring
 from memledger_platform.eventstore import (
     Committed,
     IdempotencyRecord,
@@ -317,6 +318,54 @@ async def test_a_refused_submission_does_not_hold_back_the_others_of_its_group()
     assert isinstance(outcomes[2], list)
     assert store.sizes == [1, 2]
     assert store.max_position() == 3
+
+
+class CountingKeyring(MemoryKeyring):
+    """Counts how often the writer asks which source keys are live."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[set[str]] = []
+
+    def live(self, key_ids: Collection[str]) -> set[str]:
+        self.asked.append(set(key_ids))
+        return super().live(key_ids)
+
+
+def learned(item: UUID, source_key_id: str, n: int) -> c.RecordEntities:
+    return c.RecordEntities(space_id="notes", item_id=item, item_version=1,
+                            extractor="mentions/v1", entities=(), source_key_id=source_key_id,
+                            idempotency_key=f"entities-{n}")
+
+
+async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_lookup_a_group(
+        ) -> None:
+    keyring = CountingKeyring()
+    gone = keyring.for_writing(TENANT, "u1", "notes").key_id
+    kept = keyring.for_writing(TENANT, "u2", "notes").key_id
+    keyring.destroy(TENANT, "u1")
+    store = ScriptedStore()
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        (asserted,) = await writer.submit(TENANT, [memory("notes")])
+        item = UUID(str(asserted.ids["item_id"]))
+        store.sizes, keyring.asked = [], []
+        store.gate.clear()
+        store.entered.clear()  # the next append is held: the two submissions form one group
+        tasks = await pile_up(writer, store, [[learned(item, gone, 1)],
+                                              [learned(item, kept, 2)]])
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        writer.stop()
+
+    refused = outcomes[0]
+    assert isinstance(refused, Rejected)
+    assert isinstance(refused.error, Invalid)
+    assert refused.error.field == "source_key_id"
+    assert isinstance(outcomes[1], list)
+    assert keyring.asked == [{gone, kept}]  # one question for the group, none for the blocker
 
 
 # --- concurrency and failures ---------------------------------------------------------------

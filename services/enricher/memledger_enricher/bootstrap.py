@@ -21,6 +21,7 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     async with ingest_client(settings, nats_url, "memledger-enricher") as client:
         enricher = Enricher(client.js, settings.subjects, embedder, client.intake,
                             batch=settings.enricher_batch,
+                            in_flight=settings.enricher_in_flight,
                             durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
                             opener=client.opener)
         log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from memledger_enricher.embedding import Embedder
+from memledger_enricher.embedding import Embedder, Vector
 from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
 from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
@@ -39,12 +39,15 @@ RETRY_DELAY_SECONDS = 5.0
 class Enricher:
     def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
                  intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE,
-                 opener: Opener | None = None) -> None:
+                 opener: Opener | None = None, in_flight: int = 3) -> None:
         self._js = js
         self._subjects = subjects
         self._embedder = embedder
         self._intake = intake
         self._batch = batch
+        self._in_flight = in_flight
+        # One model call at a time: two at once would only share the same cores.
+        self._model = asyncio.Lock()
         self._durable = durable
         self._open = opener or Opener(None)
         self.enriched = 0
@@ -57,11 +60,22 @@ class Enricher:
             self._subjects.all_events, durable=self._durable, stream=self._subjects.events_stream,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
                                   deliver_policy=DeliverPolicy.ALL, filter_subjects=filters,
-                                  max_ack_pending=self._batch * 4))
-        while not stop.is_set():
-            msgs = await fetch_ready(sub, self._batch, wait=0.5)
-            if msgs:
-                await self._handle_unless_stopped(msgs, stop)
+                                  max_ack_pending=self._batch * (self._in_flight + 1)))
+        # Up to ``in_flight`` batches at once: while ingest records one, the next is embedded.
+        # Their order does not matter: each command is keyed by the item version it is for.
+        under_way: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                if len(under_way) >= self._in_flight:
+                    await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                msgs = await fetch_ready(sub, self._batch, wait=0.5)
+                if msgs:
+                    task = asyncio.create_task(self._handle_unless_stopped(msgs, stop))
+                    under_way.add(task)
+                    task.add_done_callback(under_way.discard)
+        finally:
+            await asyncio.gather(*under_way, return_exceptions=True)
 
     async def _handle_unless_stopped(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         # A batch waiting on ingest must not hold up a shutdown: give it back (nak) instead,
@@ -98,8 +112,11 @@ class Enricher:
 
     async def _commands(self, sources: list[Source]) -> list[tuple[str, CommandBase]]:
         embedding = [s for s in sources if s.embeds]
-        vectors = await asyncio.to_thread(self._embedder.embed_documents,
-                                          [s.text for s in embedding]) if embedding else []
+        vectors: list[Vector] = []
+        if embedding:
+            async with self._model:
+                vectors = await asyncio.to_thread(self._embedder.embed_documents,
+                                                  [s.text for s in embedding])
         by_source = {id(s): v for s, v in zip(embedding, vectors, strict=True)}
         model = self._embedder.model_id
         return [(s.tenant, command) for s in sources

@@ -93,6 +93,7 @@ class GroupCommitWriter:
         self._store = store
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
+        self._live_sources: set[str] = set()
         self._clock = clock or SystemClock()
         self._max_group = max_group_events
         self._linger = linger_seconds
@@ -198,6 +199,7 @@ class GroupCommitWriter:
         # Subject keys are looked up once per group, never kept longer: a key destroyed by an
         # erasure is never used again after the group that was running.
         self._group_keys = {}
+        self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
         states = self._load_states(group)
         claims: dict[tuple[str, str], str] = {}
@@ -356,12 +358,18 @@ class GroupCommitWriter:
                 payload.model_dump(mode="json") if payload.event_type in _STATEFUL else None)
         return events
 
+    def _sources_live(self, group: list[_Unit]) -> set[str]:
+        """Which of the source keys named by the group's commands are live (one query)."""
+        sources = {s for unit in group for cmd in unit.commands
+                   if (s := getattr(cmd, "source_key_id", None)) is not None}
+        return self._keyring.live(sources) if self._keyring is not None and sources else set()
+
     def _source_not_erased(self, cmd: CommandBase) -> None:
         """What was learned from sealed text (an embedding, a preference) is refused once that
         text's subject is erased: it would bring the erased data back under a new key."""
         source = getattr(cmd, "source_key_id", None)
-        if source is not None and self._keyring is not None and not self._keyring.is_live(
-                source):
+        if (source is not None and self._keyring is not None
+                and source not in self._live_sources):
             raise Invalid("source_key_id", "the data subject of the source was erased")
 
     def _key(self, tenant: str, subject: str | None, space: str) -> SubjectKey | None:

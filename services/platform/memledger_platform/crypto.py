@@ -14,7 +14,7 @@ before it is stored or published; destroying the key erases it everywhere the lo
 import base64
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +55,9 @@ class Keyring(ABC):
         """A key by id; ``None`` once destroyed (or if unknown)."""
 
     @abstractmethod
-    def is_live(self, key_id: str) -> bool:
-        """Whether the key exists and is not destroyed, asked of the store itself (never a
-        cache: another process may have just erased its subject)."""
+    def live(self, key_ids: Collection[str]) -> set[str]:
+        """Those of ``key_ids`` that exist and are not destroyed, asked of the store itself
+        (never a cache: another process may have just erased their subject)."""
 
     @abstractmethod
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
@@ -150,8 +150,8 @@ class MemoryKeyring(Keyring):
     def key(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)
 
-    def is_live(self, key_id: str) -> bool:
-        return key_id in self._keys
+    def live(self, key_ids: Collection[str]) -> set[str]:
+        return {k for k in key_ids if k in self._keys}
 
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
         return sorted(self._spaces.get((tenant, subject), ()))

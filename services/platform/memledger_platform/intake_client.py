@@ -49,23 +49,30 @@ class IntakeClient:
         futures = []
         loop = asyncio.get_running_loop()
         try:
+            publishes = []
             for command in commands:
                 reply_to = f"{self._inbox}.{next(self._tokens)}"
                 future: asyncio.Future[dict[str, Any]] = loop.create_future()
                 self._waiting[reply_to] = future
                 futures.append(future)
-                name = type(command).model_fields["command"].default
-                # What was set, as set: a null that is required (a retrieval's basis without
-                # recorded_at) must be sent; what was left to its default need not be.
-                await self._js.publish(
-                    self._subjects.intake(tenant, name),
-                    command.model_dump_json(exclude_unset=True).encode(),
-                    headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
+                publishes.append(self._publish(tenant, command, reply_to))
+            # All in flight at once: one stream acknowledgement's round trip per command, in
+            # turn, was most of an enrichment batch's time. Intake settles a fetched batch
+            # concurrently anyway, so the commands were never applied in the order sent.
+            await asyncio.gather(*publishes)
             return list(await asyncio.wait_for(asyncio.gather(*futures), self._timeout))
         finally:
             for future in futures:
                 future.cancel()
             self._waiting = {k: f for k, f in self._waiting.items() if not f.done()}
+
+    async def _publish(self, tenant: str, command: CommandBase, reply_to: str) -> None:
+        name = type(command).model_fields["command"].default
+        # What was set, as set: a null that is required (a retrieval's basis without
+        # recorded_at) must be sent; what was left to its default need not be.
+        await self._js.publish(self._subjects.intake(tenant, name),
+                               command.model_dump_json(exclude_unset=True).encode(),
+                               headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._waiting.pop(msg.subject, None)

@@ -3,6 +3,7 @@
 import base64
 import os
 from collections import OrderedDict
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,14 @@ class PostgresKeyring(Keyring):
             self._cache.popitem(last=False)
         return key
 
-    def is_live(self, key_id: str) -> bool:
+    def live(self, key_ids: Collection[str]) -> set[str]:
+        if not key_ids:
+            return set()
         with self._pool.connection() as conn:
-            row = conn.execute(sql.SQL("SELECT 1 FROM {}.memledger_subject_keys WHERE key_id = "
-                                       "%s AND destroyed_at IS NULL").format(self._s),
-                               (key_id,)).fetchone()
-        return row is not None
+            rows = conn.execute(sql.SQL("SELECT key_id FROM {}.memledger_subject_keys WHERE "
+                                        "key_id = ANY(%s) AND destroyed_at IS NULL").format(
+                self._s), (list(key_ids),)).fetchall()
+        return {r[0] for r in rows}
 
     def forget(self, key_ids: list[str]) -> None:
         for key_id in key_ids:

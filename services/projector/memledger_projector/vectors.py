@@ -77,7 +77,7 @@ class VectorFold:
             self.position = max(self.position, e.position)
             return
         key = (e.tenant_id, str(e.payload["item_id"]))
-        item = self._item(key)
+        item = self._item(key, new=e.event_type == "memory.asserted" and ve.stream_version == 1)
         if e.event_type == "memory.embedded":
             self._embedded(key, item, e)
         else:
@@ -216,10 +216,14 @@ class VectorFold:
         self._dirty[point_id] = point_of(key, item.archived_from, row, point_id,
                                          item.vectors.get(dict(row.attrs)["content_version"]))
 
-    def _item(self, key: tuple[str, str]) -> _Item:
+    def _item(self, key: tuple[str, str], *, new: bool = False) -> _Item:
+        """The item as folded so far. ``new``: the event starts the item's stream, so the
+        index is not asked (most events are new items' assertions, and asking cost a filtered
+        scroll each). After a redelivery the index may hold points from the first delivery:
+        every one of them has an id the fold makes again, from this position on."""
         item = self._items.get(key)
         if item is None:
-            item = _item_of(self._load(*key))
+            item = _Item(rows=[]) if new else _item_of(self._load(*key))
             self._items[key] = item
         else:
             self._items.move_to_end(key)
