@@ -175,3 +175,29 @@ def test_session_memory_is_searched_only_by_naming_its_session() -> None:
     assert [(layer.name, layer.scope.layers, layer.scope.spaces) for layer in layered] == [
         ("session", (), ()), ("project", ("project",), ()),
         ("ecosystem", ("ecosystem",), ("main",))]
+
+
+def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searches() -> None:
+    calls: list[str] = []
+
+    class Watched(InMemoryVectorIndex):
+        def search_sparse(self, *args: Any) -> Any:
+            calls.append("keyword")
+            return super().search_sparse(*args)
+
+        def search(self, *args: Any) -> Any:
+            calls.append("dense")
+            return super().search(*args)
+
+    index = Watched()
+    index.upsert([point(1, TEA), point(2, BUILD)])
+
+    def embedding() -> Any:
+        calls.append("embedding awaited")
+        return EMBEDDER.embed_query(QUERY)
+
+    layers = (Layer("session", scope(), 5), Layer("space", scope(), 5))
+    found = search(index, embedding, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW)
+
+    assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
+    assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))

@@ -43,6 +43,11 @@ async def wanted(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]
     return asked or await asyncio.to_thread(reader.run, audited_by_policy, tenant, spaces)
 
 
+def wanted_now(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]) -> bool:
+    """``wanted``, from a worker thread."""
+    return asked or reader.run(audited_by_policy, tenant, spaces)
+
+
 def pinned(body: T, at: Basis) -> T:
     """``body`` as of ``at``: the request that its answer and its replay both run."""
     return body.model_copy(update={"as_of_position": at.position, "valid_at": at.valid_at,

@@ -36,13 +36,21 @@ class Found:
     collapsed: dict[str, str] = field(default_factory=dict)
 
 
-def search(index: VectorIndex, vector: Sequence[float] | None, text: str,
+QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
+"""The query's embedding (``None``: dense search off), or a callable waiting for it."""
+
+
+def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
            subject: str | None = None, signals: SignalLookup | None = None) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one. ``signals`` is asked once, for every layer's candidates."""
+    repeated in a later one. ``signals`` is asked once, for every layer's candidates. The
+    keyword searches come first: an embedding still under way is waited for only after them."""
     query = sparse.encode_query(text)
-    fetched = [_fetch(index, vector, query, layer, recipe, subject) for layer in layers]
+    keyword = [_keyword(index, query, layer, recipe) for layer in layers]
+    dense = vector() if callable(vector) else vector
+    fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
+                if _about(c, subject)] for layer, found in zip(layers, keyword, strict=True)]
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = signals(wanted) if signals is not None and wanted else {}
     seen: set[str] = set()
@@ -57,13 +65,19 @@ def search(index: VectorIndex, vector: Sequence[float] | None, text: str,
     return found
 
 
-def _fetch(index: VectorIndex, vector: Sequence[float] | None, query: SparseVector,
-           layer: Layer, recipe: Recipe, subject: str | None) -> list[Candidate]:
-    fetch = max(layer.limit * OVERFETCH, MIN_CANDIDATES)
-    dense = index.search(vector, layer.scope, fetch) if vector is not None else []
-    keyword = (index.search_sparse(query, layer.scope, fetch)
-               if recipe.keyword_weight > 0 and query.indices else [])
-    return [c for c in _candidates(dense, keyword, layer.name) if _about(c, subject)]
+def _fetched(layer: Layer) -> int:
+    return max(layer.limit * OVERFETCH, MIN_CANDIDATES)
+
+
+def _keyword(index: VectorIndex, query: SparseVector, layer: Layer, recipe: Recipe
+             ) -> list[Hit]:
+    if recipe.keyword_weight > 0 and query.indices:
+        return index.search_sparse(query, layer.scope, _fetched(layer))
+    return []
+
+
+def _dense(index: VectorIndex, vector: Sequence[float] | None, layer: Layer) -> list[Hit]:
+    return index.search(vector, layer.scope, _fetched(layer)) if vector is not None else []
 
 
 def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candidate]:

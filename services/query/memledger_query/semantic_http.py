@@ -9,6 +9,7 @@ ranking exactly. An audited call is recorded before it is answered (``retrievals
 import asyncio
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from memledger_query.http import Problem, Tenant, _json, principal
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.recorder import NoRecorder, Recorder
-from memledger_query.semantic import Layer, SignalLookup
+from memledger_query.semantic import Layer, QueryVector, SignalLookup
 from memledger_query.semantic import search as semantic_search
 from memledger_query.semantic_dto import (
     ContextAnswer,
@@ -71,6 +72,16 @@ class Semantic:
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
             _QUERY_CACHE)(lambda text: tuple(self.embedder.embed_query(text)))
+        # Query embeddings run beside the rest of a search (the model releases the GIL).
+        self._embedding = ThreadPoolExecutor(2, "query-embedding")
+
+    def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
+        """The query's embedding, under way (``None`` if the search does not rank by it)."""
+        if body.weights.dense <= 0:
+            done: Future[Sequence[float] | None] = Future()
+            done.set_result(None)
+            return done
+        return self._embedding.submit(self.embed_query, body.query)
 
 
 def add_routes(app: FastAPI, semantic: Semantic) -> None:
@@ -95,11 +106,16 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
                         granted: Sequence[str] = ()) -> SearchAnswer:
     """A search answered at its basis (once the read models reach it: the feedback it ranks
     by), and recorded before it is answered if audited."""
-    at = await _basis(semantic, body)
-    await _wait_read_model(semantic, body, at)
-    audit = await retrievals.wanted(semantic.reader, tenant, body.audit, body.spaces)
-    body = retrievals.pinned(body, at) if audit else body
-    answer = await asyncio.to_thread(_search, semantic, tenant, body, at, granted)
+    # The query's embedding (the longest part of a search) depends on neither the basis nor
+    # the audit policy: it is computed while they are waited for and looked up.
+    vector = semantic.embed_soon(body)
+    try:
+        at = await _basis(semantic, body)
+        await _wait_read_model(semantic, body, at)
+        audit, body, answer = await asyncio.to_thread(_search_as_audited, semantic, tenant,
+                                                      body, at, granted, vector)
+    finally:
+        vector.cancel()  # unless under way (a refused request does not wait for it)
     if not audit:
         return answer
     return await retrievals.record_search(semantic.recorder, tenant, actor, body, granted,
@@ -172,15 +188,26 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 
 # --- search -----------------------------------------------------------------------------------
 
+def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
+                       granted: Sequence[str], vector: "Future[Sequence[float] | None]"
+                       ) -> tuple[bool, SearchRequest, SearchAnswer]:
+    """Whether the search is audited, the request it runs (pinned to its basis if so) and its
+    answer: one trip to a worker thread for the policy lookup and the search."""
+    audit = retrievals.wanted_now(semantic.reader, tenant, body.audit, body.spaces)
+    body = retrievals.pinned(body, at) if audit else body
+    return audit, body, _search(semantic, tenant, body, at, granted, vector.result)
+
+
 def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-            granted: Sequence[str] = ()) -> SearchAnswer:
+            granted: Sequence[str] = (), vector: QueryVector = None) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
-    the ecosystem layer."""
+    the ecosystem layer. ``vector``: the query's embedding, if computed already."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
                        "keyword_weight": body.weights.keyword})
-    vector = semantic.embed_query(body.query) if recipe.dense_weight > 0 else None
+    if vector is None and recipe.dense_weight > 0:
+        vector = semantic.embed_query(body.query)
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),

@@ -160,7 +160,7 @@ def _point(record: qe.Record) -> IndexedPoint:
 
 def _dense(vectors: Any) -> list[float] | None:
     found = _named(vectors).get(DENSE)
-    return [float(x) for x in found] if found is not None else None
+    return list(found) if found is not None else None  # floats already (40 hits a search)
 
 
 def _named(vectors: Any) -> dict[str, Any]:
