@@ -40,7 +40,7 @@ data) and the audit flag (a replay records nothing)."""
 
 async def wanted(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]) -> bool:
     """Whether to audit a call that asked (or not) and reads ``spaces`` (none: all)."""
-    return asked or await asyncio.to_thread(reader.run, audited_by_policy, tenant, spaces)
+    return asked or await asyncio.to_thread(wanted_now, reader, tenant, asked, spaces)
 
 
 def wanted_now(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]) -> bool:
