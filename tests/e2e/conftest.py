@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,9 @@ def start(home: Path, **env: str) -> Running:
             break
     else:
         raise AssertionError("memledger up exited before it was ready:\n" + "".join(output))
+    # Keep reading, as a terminal would: a full pipe would block every log line of the
+    # service and of the children that share its output.
+    threading.Thread(target=output.extend, args=(proc.stdout,), daemon=True).start()
     text = "".join(output)
     url = re.search(r"HTTP API\s+(http://\S+)", text)
     nats_url = re.search(r"nats\s+(nats://\S+)", text)

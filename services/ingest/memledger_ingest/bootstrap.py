@@ -140,7 +140,8 @@ async def run(settings: Settings) -> None:
 
     endpoints = endpoints_from(settings)
     telemetry.configure(settings, "memledger-ingest")
-    await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce))
+    await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce),
+                              grace_seconds=settings.stop_grace_seconds)
 
 
 def _announce(url: str) -> None:

@@ -59,7 +59,8 @@ async def run(settings: Settings) -> None:
 
     endpoints = endpoints_from(settings)
     telemetry.configure(settings, "memledger-relay")
-    await run_until_signalled(lambda stop: serve(settings, endpoints, stop))
+    await run_until_signalled(lambda stop: serve(settings, endpoints, stop),
+                              grace_seconds=settings.stop_grace_seconds)
 
 
 async def listen_for_commits(dsn: str, channel: str, on_commit: Callable[[], None]) -> None:

@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     qdrant_collection: str = Field(default="memledger", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     vector_batch: int = Field(default=256, ge=1, le=10_000)
 
+    stop_grace_seconds: float = Field(
+        default=10.0, gt=0, le=600, description="how long a service may take to stop after "
+        "SIGTERM or SIGINT before it is ended at once (its unacked work is redelivered)")
+
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     otlp_endpoint: str | None = Field(

@@ -48,7 +48,8 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
     telemetry.configure(settings, "memledger-projector")
-    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop))
+    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop),
+                              grace_seconds=settings.stop_grace_seconds)
 
 
 def _prepare(dsn: str, names: schema.Names) -> int:

@@ -176,4 +176,5 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_NATS_URL")
     url = settings.nats_url
     telemetry.configure(settings, "memledger-lifecycle")
-    await run_until_signalled(lambda stop: serve(settings, url, stop))
+    await run_until_signalled(lambda stop: serve(settings, url, stop),
+                              grace_seconds=settings.stop_grace_seconds)

@@ -157,4 +157,5 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
     telemetry.configure(settings, "memledger-query")
-    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop, print))
+    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop, print),
+                              grace_seconds=settings.stop_grace_seconds)
