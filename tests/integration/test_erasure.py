@@ -191,17 +191,21 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
     assert _disk_hits(tmp_path / "vectors", ADA) == []
     assert any(BOB in h for h in _pg_hits(engines.postgres_dsn, (BOB,)))
 
-    # A full rebuild after the erasure works, shows the placeholder, equals the live model.
+    # A full rebuild after the erasure works, shows the placeholder, equals the live model;
+    # so does one whose fold worker opens its share with the keys it is sent.
     names = schema.Names(pg_schema)
     with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
         live = rebuild.model_hash(conn, names.schema(schema.live_version(conn, names)))
-        done = rebuild.rebuild(conn, OpenedEventStore(event_store, Opener(keyring)), names)
-        assert rebuild.model_hash(conn, names.schema(done.version)) == live
-        contents = [r[0] for r in conn.execute(sql.SQL(
-            "SELECT attrs->>'content' FROM {}.item_versions").format(
-            sql.Identifier(names.schema(done.version)))).fetchall()]
-    assert ERASED in contents
-    assert any(BOB in text for text in contents)
+        for parallel in (False, True):
+            done = rebuild.rebuild(conn, OpenedEventStore(event_store, Opener(keyring)), names,
+                                   parallel=parallel)
+            assert done.processes == (2 if parallel else 1)
+            assert rebuild.model_hash(conn, names.schema(done.version)) == live
+            contents = [r[0] for r in conn.execute(sql.SQL(
+                "SELECT attrs->>'content' FROM {}.item_versions").format(
+                sql.Identifier(names.schema(done.version)))).fetchall()]
+            assert ERASED in contents
+            assert any(BOB in text for text in contents)
     assert _pg_hits(engines.postgres_dsn, ADA) == []
 
 

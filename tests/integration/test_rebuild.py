@@ -7,9 +7,12 @@ from uuid import UUID
 import orjson
 import psycopg
 import pytest
+from psycopg import sql
 
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.crypto import MemoryKeyring, Opener, is_sealed, seal_payload
+from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.ids import uuid7
 from memledger_projector import rebuild, schema, store
@@ -202,6 +205,34 @@ async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_a
         rebuild.rebuild(conn, event_store, names, parallel=True)
 
     assert schema.live_version(conn, names) == 1
+
+
+async def test_the_fold_worker_opens_its_sealed_items_with_the_keys_it_is_sent(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
+    keyring = MemoryKeyring()
+    kept, erased = (keyring.for_writing("t", who, "s") for who in ("kept", "erased"))
+    for key, to_worker in ((kept, True), (kept, False), (erased, True)):
+        envelope = _memory("memory.asserted", _stream(to_worker=to_worker), {
+            "item_id": str(uuid7()), "kind": "fact", "content": f"by {key.key_id}"})
+        event_store.append([envelope.model_copy(update={"payload": seal_payload(
+            envelope.payload, envelope.event_type, str(envelope.event_id), key)})])
+    keyring.destroy("t", "erased")
+    opened = OpenedEventStore(event_store, Opener(keyring))
+
+    one = rebuild.rebuild(conn, opened, names, parallel=False)
+    two = rebuild.rebuild(conn, opened, names, parallel=True)
+
+    assert (one.processes, two.processes) == (1, 2)
+    assert rebuild.model_hash(conn, names.schema(3)) == rebuild.model_hash(
+        conn, names.schema(2))
+    contents = {r[0] for r in conn.execute(sql.SQL(
+        "SELECT attrs->>'content' FROM {}.item_versions").format(
+        sql.Identifier(names.schema(3)))).fetchall()}
+    assert f"by {kept.key_id}" in contents
+    assert f"by {erased.key_id}" not in contents
+    assert not [c for c in contents if is_sealed(c)]
 
 
 def _stream(*, to_worker: bool) -> UUID:

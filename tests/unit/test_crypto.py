@@ -16,6 +16,7 @@ from memledger_platform.crypto import (
     new_key,
     open_document,
     seal_payload,
+    sealed_key_ids,
     unwrap,
     wrap,
 )
@@ -27,6 +28,16 @@ SECRET = "my phone number is 555-0199"
 
 def _document(payload: dict[str, Any], event_type: str = "memory.asserted") -> dict[str, Any]:
     return {"event_id": "e1", "event_type": event_type, "payload": payload}
+
+
+def test_the_keys_a_stored_document_was_sealed_with_are_found_without_parsing_it() -> None:
+    keyring = MemoryKeyring()
+    one, other = (keyring.for_writing("acme", who, "main") for who in ("u1", "u2"))
+    content = seal_payload({"content": SECRET}, "memory.asserted", "e1", one)
+    triple = seal_payload({"triple": {"subject": "a"}}, "memory.asserted", "e1", other)
+    stored = orjson.dumps(_document({**content, **triple, "note": "ml-enc:v1 in prose"}))
+    assert sealed_key_ids(stored) == {one.key_id, other.key_id}
+    assert sealed_key_ids(orjson.dumps(_document({"content": SECRET}))) == set()
 
 
 def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> None:

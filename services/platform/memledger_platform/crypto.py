@@ -13,6 +13,7 @@ before it is stored or published; destroying the key erases it everywhere the lo
 
 import base64
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -130,6 +131,15 @@ def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placehold
     return orjson.loads(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
 
 
+_SEALED_KEY_ID = re.compile(rb'"' + re.escape(PREFIX.encode()) + rb'([^:"]+):')
+
+
+def sealed_key_ids(data: bytes) -> set[str]:
+    """The ids of the keys that sealed fields of a stored event document (its JSON bytes)
+    were sealed with, found without parsing it."""
+    return {m.decode() for m in _SEALED_KEY_ID.findall(data)}
+
+
 class MemoryKeyring(Keyring):
     """Keys in a dict: for unit tests and the fake event store."""
 
@@ -178,6 +188,11 @@ class Opener:
         if document.get("event_type") == "subject.erased" and self._keyring is not None:
             self._keyring.forget(str(document["payload"].get("key_id", "")).split(","))
         return open_document(document, self._keyring.key if self._keyring else _no_key)
+
+    def keys(self, key_ids: Collection[str]) -> dict[str, bytes | None]:
+        """The keys with these ids as this opener would use them now (``None``: destroyed,
+        or no keyring), for another process to open the same events with."""
+        return {k: self._keyring.key(k) if self._keyring else None for k in key_ids}
 
 
 def _no_key(_: str) -> bytes | None:

@@ -8,7 +8,7 @@ connection and its own part of the log.
 """
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from types import TracebackType
@@ -21,6 +21,9 @@ from memledger_projector.projection import Key, Projection, event_of
 
 Record = tuple[int, datetime, bytes]
 """A stored event as the fold needs it: (position, recorded_at, envelope JSON)."""
+
+Open = Callable[[dict[str, Any]], dict[str, Any]]
+"""Opens the sealed fields of a parsed event document (``crypto.Opener``)."""
 
 
 class RebuildStopped(Exception):
@@ -35,10 +38,12 @@ class RebuildStopped(Exception):
 
 class Loader:
     """Folds batches into a fresh ``Projection`` and loads it into ``target`` (empty) over
-    ``conn``, inside the caller's transaction; use as a context manager."""
+    ``conn``, inside the caller's transaction; use as a context manager. ``opener`` opens
+    each event's sealed fields as it is parsed (none: the records come opened)."""
 
-    def __init__(self, conn: Connection[Any], target: str) -> None:
-        self.conn, self.target = conn, target
+    def __init__(self, conn: Connection[Any], target: str, opener: Open | None = None
+                 ) -> None:
+        self.conn, self.target, self.opener = conn, target, opener
         self.projection = Projection(keep_changes=False)
         self.reached = 0
         """The last position of the batches folded so far (whichever part of them)."""
@@ -59,7 +64,7 @@ class Loader:
         position order) and send their change-log lines."""
         assert self._log is not None, "fold inside the with block"
         try:
-            events = [event_of(*record) for record in records]
+            events = [event_of(*record, self.opener) for record in records]
             for event in events:
                 self.projection.apply(event)
             lines = b"".join([copytext.change_line(e) for e in events])

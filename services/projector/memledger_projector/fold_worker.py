@@ -8,7 +8,8 @@ other) once they have checked that no item was folded by both; if one was (a log
 stream ids do not follow items), the rebuild folds everything itself instead.
 
 Protocol, pickled over the worker's stdin and stdout (a pipe of the rebuild's own):
-``(conninfo, schema)``, then ``(first, last, records)`` per batch and ``None`` at the end;
+``(conninfo, schema)``, then ``(first, last, records, keys)`` per batch (``keys``: those
+needed to open the records' sealed fields that were not sent before) and ``None`` at the end;
 the worker answers ``("stopped", first, last, error)`` or ``("keys", item_keys, only_items)``;
 then ``True`` (write and commit) or ``False`` (roll back), answered by ``("done",)``.
 Any other failure is answered by ``("failed", error)``.
@@ -24,6 +25,7 @@ from typing import IO, Any
 
 import psycopg
 
+from memledger_platform.crypto import open_document
 from memledger_projector import store
 from memledger_projector.bulk import Loader, RebuildStopped, Record, cycle_collector_paused
 from memledger_projector.projection import Key
@@ -48,8 +50,9 @@ class FoldWorker:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._send((conninfo, target))
 
-    def fold(self, first: int, last: int, records: list[Record]) -> None:
-        self._send((first, last, records))
+    def fold(self, first: int, last: int, records: list[Record],
+             keys: dict[str, bytes | None]) -> None:
+        self._send((first, last, records, keys))
 
     def finish(self) -> tuple[set[Key], bool]:
         """End the log; the worker's item keys and whether it holds nothing else. Raises
@@ -121,8 +124,10 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
 
 def _load(conn: psycopg.Connection[Any], target: str, requests: IO[bytes],
           reply: Callable[..., None]) -> None:
-    with conn.transaction(), Loader(conn, target) as loader:
-        stopped = _fold_all(loader, requests)
+    keys: dict[str, bytes | None] = {}
+    with conn.transaction(), Loader(conn, target, lambda d: open_document(d, keys.get)
+                                    ) as loader:
+        stopped = _fold_all(loader, requests, keys)
         if stopped is not None:
             reply("stopped", stopped.first, stopped.last, repr(stopped.error))
             raise psycopg.Rollback
@@ -134,14 +139,17 @@ def _load(conn: psycopg.Connection[Any], target: str, requests: IO[bytes],
     reply("done")
 
 
-def _fold_all(loader: Loader, requests: IO[bytes]) -> RebuildStopped | None:
+def _fold_all(loader: Loader, requests: IO[bytes], keys: dict[str, bytes | None]
+              ) -> RebuildStopped | None:
     """Fold every batch until the end of the log; the first failure, if any (after it, the
     batches are only drained)."""
     stopped: RebuildStopped | None = None
     while (batch := _read(requests)) is not None:
+        first, last, records, more_keys = batch
+        keys.update(more_keys)
         if stopped is None:
             try:
-                loader.fold(*batch)
+                loader.fold(first, last, records)
             except RebuildStopped as error:
                 stopped = error
     return stopped

@@ -19,9 +19,11 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.conninfo import make_conninfo
 
+from memledger_platform.crypto import Opener, sealed_key_ids
 from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_projector import bulk, schema, store
-from memledger_projector.bulk import RebuildStopped, Record
+from memledger_projector.bulk import Open, RebuildStopped, Record
 from memledger_projector.fold_worker import FoldWorker
 from memledger_projector.projection import event_of
 from memledger_projector.readahead import ReadFailed, read_ahead
@@ -61,7 +63,9 @@ class Rebuilt:
 def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
             progress: Progress | None = None, *, parallel: bool | None = None) -> Rebuilt:
     """Rebuild into a new version and switch to it; return what was done. ``parallel``: fold
-    in two processes (by default from ``PARALLEL_FROM`` events on; the result is the same)."""
+    in two processes (by default from ``PARALLEL_FROM`` events on; the result is the same).
+    An ``OpenedEventStore`` is read sealed, and each event opened as the fold parses it."""
+    event_store, opener = _sealed(event_store)
     store.tune(conn)
     live = schema.ensure_pointer(conn, names)
     version = live + 1
@@ -70,19 +74,36 @@ def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
     until = event_store.max_position()
     target = schema.create(conn, names, version, indexes=False)
     parallel = until >= PARALLEL_FROM if parallel is None else parallel
-    events, processes = _bulk(conn, event_store, target, until, progress, parallel)
+    log = _Log(event_store, opener)
+    events, processes = _bulk(conn, log, target, until, progress, parallel)
     _add_indexes(conn, target)
-    events += _fill(conn, event_store, target, until, progress)
+    events += _fill(conn, log, target, until, progress)
     with conn.transaction():
         schema.live_version(conn, names, lock="FOR UPDATE")
-        events += _fill(conn, event_store, target, None, progress)
+        events += _fill(conn, log, target, None, progress)
         schema.switch(conn, names, version)
     _drop_older(conn, names, live)
     return Rebuilt(version, live, store.read_checkpoint(conn, target).position, events,
                    processes)
 
 
-def _bulk(conn: Connection[Any], event_store: EventStore, target: str, until: int,
+@dataclass(frozen=True)
+class _Log:
+    """The log as the rebuild reads it: sealed, and how to open an event."""
+
+    store: EventStore
+    opener: Open | None
+
+
+def _sealed(event_store: EventStore) -> tuple[EventStore, Open | None]:
+    # Opening as the fold parses saves the opened store's parse and re-encoding of every
+    # sealed event, and lets the fold worker open its own share.
+    if isinstance(event_store, OpenedEventStore):
+        return event_store.sealed
+    return event_store, None
+
+
+def _bulk(conn: Connection[Any], log: _Log, target: str, until: int,
           progress: Progress | None, parallel: bool, limit: int = BULK_EVENTS
           ) -> tuple[int, int]:
     """Fold up to ``limit`` events in memory and load them into the empty ``target`` (no
@@ -90,32 +111,34 @@ def _bulk(conn: Connection[Any], event_store: EventStore, target: str, until: in
     processes. ``parallel``: with a fold worker taking part of the memory items."""
     with bulk.cycle_collector_paused():
         if parallel:
-            loaded = _bulk_in_two(conn, event_store, target, until, progress, limit)
+            loaded = _bulk_in_two(conn, log, target, until, progress, limit)
             if loaded is not None:
                 return loaded, 2
-        return _bulk_in_one(conn, event_store, target, until, progress, limit), 1
+        return _bulk_in_one(conn, log, target, until, progress, limit), 1
 
 
-def _bulk_in_one(conn: Connection[Any], event_store: EventStore, target: str, until: int,
+def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
                  progress: Progress | None, limit: int) -> int:
-    with conn.transaction(), bulk.Loader(conn, target) as loader, _stopping(loader):
-        count, last = _fold_log(loader, None, event_store, until, progress, limit)
+    with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
+            _stopping(loader):
+        count, last = _fold_log(loader, None, log, until, progress, limit)
         loader.write()
         if last is not None:
             store.write_checkpoint(conn, target, last.position, last.recorded_at)
     return count
 
 
-def _bulk_in_two(conn: Connection[Any], event_store: EventStore, target: str, until: int,
+def _bulk_in_two(conn: Connection[Any], log: _Log, target: str, until: int,
                  progress: Progress | None, limit: int) -> int | None:
     """Like ``_bulk_in_one``, with the memory items of half the streams folded and written by
     a worker process meanwhile. ``None`` (nothing written) if an item turned up on both
     sides (its events were not all in one stream)."""
     worker = FoldWorker(_conninfo(conn), target)
     try:
-        with conn.transaction(), bulk.Loader(conn, target) as loader, _stopping(loader):
+        with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
+                _stopping(loader):
             try:
-                count, last = _fold_log(loader, worker, event_store, until, progress, limit)
+                count, last = _fold_log(loader, worker, log, until, progress, limit)
             except RebuildStopped as stopped:
                 raise _earliest(stopped, worker) from stopped.__cause__
             keys, only_items = worker.finish()
@@ -134,18 +157,19 @@ def _bulk_in_two(conn: Connection[Any], event_store: EventStore, target: str, un
     return None
 
 
-def _fold_log(loader: bulk.Loader, worker: FoldWorker | None, event_store: EventStore,
+def _fold_log(loader: bulk.Loader, worker: FoldWorker | None, log: _Log,
               until: int, progress: Progress | None, limit: int
               ) -> tuple[int, RecordedEvent | None]:
     """Fold the log up to ``until`` (``limit`` events at most, give or take a batch); return
     how many events and the last one."""
     count, last = 0, None
-    with read_ahead(event_store, until, _BATCH) as batches:
+    keys = _KeysShared(log.opener)
+    with read_ahead(log.store, until, _BATCH) as batches:
         for batch in batches:
             first, last = batch[0].position, batch[-1]
             mine, theirs = _split(batch, worker is not None)
             if worker is not None and theirs:
-                worker.fold(first, last.position, theirs)
+                worker.fold(first, last.position, theirs, keys.new_in(theirs))
             loader.fold(first, last.position, mine)
             count += len(batch)
             if progress is not None:
@@ -165,6 +189,22 @@ def _split(batch: list[RecordedEvent], parallel: bool) -> tuple[list[Record], li
         routed = routed_to_worker(e.stream_id, e.event_type)
         (theirs if routed else mine).append((e.position, e.recorded_at, e.data))
     return mine, theirs
+
+
+class _KeysShared:
+    """The keys the worker needs to open its records, each sent once (the worker keeps
+    them for the rebuild's length, as the opener's keyring caches them)."""
+
+    def __init__(self, opener: Open | None) -> None:
+        self._keys = opener.keys if isinstance(opener, Opener) else None
+        self._sent: set[str] = set()
+
+    def new_in(self, records: list[Record]) -> dict[str, bytes | None]:
+        if self._keys is None:
+            return {}
+        wanted = {k for _, _, data in records for k in sealed_key_ids(data)} - self._sent
+        self._sent |= wanted
+        return self._keys(wanted) if wanted else {}
 
 
 def routed_to_worker(stream_id: UUID, event_type: str) -> bool:
@@ -217,22 +257,22 @@ def _conninfo(conn: Connection[Any]) -> str:
     return make_conninfo(conn.info.dsn, password=conn.info.password or None)
 
 
-def _fill(conn: Connection[Any], event_store: EventStore, target: str, until: int | None,
+def _fill(conn: Connection[Any], log: _Log, target: str, until: int | None,
           progress: Progress | None) -> int:
     """Apply events after ``target``'s checkpoint, up to ``until`` (``None``: all there are)."""
     count = 0
-    end = until if until is not None else event_store.max_position()
+    end = until if until is not None else log.store.max_position()
     while True:
         after = store.read_checkpoint(conn, target).position
-        batch = event_store.read_all(after, _BATCH)
+        batch = log.store.read_all(after, _BATCH)
         if until is not None:
             batch = [e for e in batch if e.position <= until]
         if not batch:
             return count
         try:
             with conn.transaction():
-                store.apply_to(conn, target, [event_of(e.position, e.recorded_at, e.data)
-                                              for e in batch])
+                store.apply_to(conn, target, [
+                    event_of(e.position, e.recorded_at, e.data, log.opener) for e in batch])
         except Exception as error:
             raise RebuildStopped(batch[0].position, batch[-1].position, error) from error
         count += len(batch)

@@ -27,6 +27,12 @@ class OpenedEventStore(EventStore):
         self._inner = inner
         self._open = opener
 
+    @property
+    def sealed(self) -> tuple[EventStore, Opener]:
+        """The store underneath and the opener: for a reader that opens events itself, once,
+        as it parses them (``projection.event_of(..., opener)``)."""
+        return self._inner, self._open
+
     def append(self, events: Sequence[EventEnvelope | NewEvent],
                keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
         return self._inner.append(events, keys)
