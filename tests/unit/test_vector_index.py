@@ -82,6 +82,8 @@ class VectorIndexContract:
         assert sorted(ids(index, now())) == ["3"]
         assert ids(index, now(tenant="globex")) == ["4"]
         assert index.delete_subject("acme", "u7") == 0
+        index.upsert([point("5", subject_id="u7")])  # a new key's data, after the erasure
+        assert sorted(ids(index, now())) == ["3", "5"]
 
     def test_layers_narrow_the_scope_so_session_memory_stays_in_its_session(
             self, index: VectorIndex) -> None:

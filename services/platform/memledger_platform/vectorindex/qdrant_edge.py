@@ -1,6 +1,7 @@
 """``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW for
 the dense vector and an inverted index with IDF for the keywords, under a directory of its own."""
 
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,34 +30,42 @@ _PAGE = 256
 class QdrantEdgeVectorIndex(VectorIndex):
     def __init__(self, path: Path, dims: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        self._path, self._dims = str(path), dims
         # Load what is there, else create: falling back to create after any failed load would
         # bury the real error (an incompatible shard) under "path has segments".
         opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
-        self._shard = opened(str(path), _config(dims))
+        self._shard = opened(self._path, _config(dims))
+        # Every call holds the GIL, so this lock costs no parallelism; it keeps callers off
+        # the shard while an erasure reopens it.
+        self._lock = threading.Lock()
         self._index_payload()
         self._closed = False
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
-            self._shard.update(qe.UpdateOperation.upsert_points(
-                [qe.Point(id=p.point_id, vector=_vectors(p), payload=stored_payload(p.payload))
-                 for p in points]))
+            with self._lock:
+                self._shard.update(qe.UpdateOperation.upsert_points(
+                    [qe.Point(id=p.point_id, vector=_vectors(p),
+                              payload=stored_payload(p.payload)) for p in points]))
 
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:
-            self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
+            with self._lock:
+                self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
 
     def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
         # By filter: set_payload by ids fails on the first absent id, a filter skips it.
         if point_ids:
-            self._shard.update(qe.UpdateOperation.set_payload_by_filter(
-                qe.Filter(must=[qe.HasIdCondition(set(point_ids))]), values))
+            with self._lock:
+                self._shard.update(qe.UpdateOperation.set_payload_by_filter(
+                    qe.Filter(must=[qe.HasIdCondition(set(point_ids))]), values))
 
     def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
         # update_vectors fails on an absent id, so only the ids found are updated.
-        found = self._shard.retrieve(list(vectors), with_payload=False, with_vector=False)
-        self._shard.update(qe.UpdateOperation.update_vectors(
-            [qe.PointVectors(r.id, {DENSE: list(vectors[str(r.id)])}) for r in found]))
+        with self._lock:
+            found = self._shard.retrieve(list(vectors), with_payload=False, with_vector=False)
+            self._shard.update(qe.UpdateOperation.update_vectors(
+                [qe.PointVectors(r.id, {DENSE: list(vectors[str(r.id)])}) for r in found]))
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, [DENSE])
@@ -73,43 +82,65 @@ class QdrantEdgeVectorIndex(VectorIndex):
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         where = _filter(item_conditions(tenant, item_id))
-        found, offset = self._scroll(where, None)
-        while offset is not None:
-            more, offset = self._scroll(where, offset)
-            found += more
+        with self._lock:
+            found, offset = self._scroll(where, None)
+            while offset is not None:
+                more, offset = self._scroll(where, offset)
+                found += more
         return sorted((_point(r) for r in found), key=lambda p: p.point_id)
 
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         where = _filter(subject_conditions(tenant, subject_id))
-        found = int(self._shard.count(qe.CountRequest(filter=where, exact=True)))
-        if found:
-            self._shard.update(qe.UpdateOperation.delete_points_by_filter(where))
-            self._shard.optimize()  # vacuums the segments that held them
-            self._shard.flush()
+        with self._lock:
+            found = int(self._shard.count(qe.CountRequest(filter=where, exact=True)))
+            if found:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(where))
+                self._vacuum()
         return found
 
     def flush(self) -> None:
-        self._shard.flush()
+        with self._lock:
+            self._shard.flush()
 
     def count(self) -> int:
-        return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
+        with self._lock:
+            return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
 
     def optimize(self) -> None:
         """Build the HNSW graph for what was added (search is exact until then)."""
-        self._shard.optimize()
+        with self._lock:
+            self._shard.optimize()
 
     def close(self) -> None:
-        if self._closed:  # closing twice is harmless (a test may close before its fixture)
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:  # closing twice is harmless (a test may close before its fixture)
+                return
+            self._closed = True
+            self._shard.flush()
+            self._shard.close()
+
+    def _vacuum(self) -> None:
+        """Rewrite every segment that holds a deleted point, so erased payloads leave the
+        files. The shard is reopened for it with a vacuum-at-once configuration and then
+        with the usual one: at all times, a vacuum would rewrite a segment (and rebuild its
+        graph, holding the GIL, which stalls the whole process) for each handful of points
+        moved by an update (ADR 0006)."""
         self._shard.flush()
         self._shard.close()
+        strict = qe.EdgeShard.load(self._path, _config(self._dims, vacuum_at_once=True))
+        try:
+            strict.optimize()
+            strict.flush()
+        finally:
+            strict.close()
+            self._shard = qe.EdgeShard.load(self._path, _config(self._dims))
 
     def _query(self, query: qe.Query, scope: Scope, k: int,
                with_vector: bool | list[str]) -> list[qe.ScoredPoint]:
-        return self._shard.query(qe.QueryRequest(
-            limit=k, query=query, filter=_filter(conditions(scope)), with_payload=True,
-            with_vector=with_vector))
+        request = qe.QueryRequest(limit=k, query=query, filter=_filter(conditions(scope)),
+                                  with_payload=True, with_vector=with_vector)
+        with self._lock:
+            return self._shard.query(request)
 
     def _scroll(self, where: qe.Filter, offset: Any) -> tuple[list[qe.Record], Any]:
         return self._shard.scroll(qe.ScrollRequest(
@@ -126,14 +157,15 @@ class QdrantEdgeVectorIndex(VectorIndex):
                 self._shard.update(qe.UpdateOperation.create_field_index(key, schema))
 
 
-def _config(dims: int) -> qe.EdgeConfig:
+def _config(dims: int, *, vacuum_at_once: bool = False) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)},
         sparse_vectors={KEYWORDS: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        # Vacuum a segment as soon as it holds a deleted point: an erased subject's points
-        # must leave the files, not just the index (``delete_subject`` then optimizes).
+        # Vacuum-at-once (a segment with any deleted point is rewritten): only for an
+        # erasure, whose points must leave the files (``_vacuum``). Otherwise Edge's defaults.
         optimizers=qe.EdgeOptimizersConfig(deleted_threshold=0.0001,
-                                           vacuum_min_vector_number=1),
+                                           vacuum_min_vector_number=1)
+        if vacuum_at_once else None,
         # No write-ahead log: it would keep erased payloads on disk until it rotates. The
         # projector flushes each batch before acknowledging it instead (``flush``), and an
         # unflushed batch is redelivered and rewritten (the writes are idempotent).
