@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import qdrant_edge as qe
 from qdrant_client import QdrantClient
@@ -270,6 +271,22 @@ def test_an_edge_shard_indexes_every_field_a_scope_filters_on(tmp_path: Path) ->
         assert set(shard.info().payload_schema) == {*KEYWORD_FIELDS, *RANGE_FIELDS}
     finally:
         shard.close()
+
+
+def test_an_edge_shard_vacuums_at_once_only_for_an_erasure(tmp_path: Path) -> None:
+    def vacuum_threshold() -> float:
+        config = orjson.loads((tmp_path / "vectors" / "edge_config.json").read_bytes())
+        return float(config["optimizers"]["deleted_threshold"])
+
+    index = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3)
+    try:
+        assert vacuum_threshold() == 0.2  # a few moved points do not rewrite a segment
+        index.upsert([point("1", X, subject_id="u7"), point("2", Y, subject_id="u8")])
+        assert index.delete_subject("acme", "u7") == 1
+        assert vacuum_threshold() == 0.2  # reopened as usual once the erasure is vacuumed
+        assert ids(index, now()) == ["2"]
+    finally:
+        index.close()
 
 
 def test_tokens_are_lowercase_words_without_stopwords_or_single_characters() -> None:

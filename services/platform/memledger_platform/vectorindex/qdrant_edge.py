@@ -162,10 +162,12 @@ def _config(dims: int, *, vacuum_at_once: bool = False) -> qe.EdgeConfig:
         vectors={DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)},
         sparse_vectors={KEYWORDS: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         # Vacuum-at-once (a segment with any deleted point is rewritten): only for an
-        # erasure, whose points must leave the files (``_vacuum``). Otherwise Edge's defaults.
+        # erasure, whose points must leave the files (``_vacuum``). Otherwise Edge's defaults,
+        # given explicitly: an unspecified setting would keep what the shard has persisted.
         optimizers=qe.EdgeOptimizersConfig(deleted_threshold=0.0001,
                                            vacuum_min_vector_number=1)
-        if vacuum_at_once else None,
+        if vacuum_at_once else qe.EdgeOptimizersConfig(deleted_threshold=0.2,
+                                                       vacuum_min_vector_number=1_000),
         # No write-ahead log: it would keep erased payloads on disk until it rotates. The
         # projector flushes each batch before acknowledging it instead (``flush``), and an
         # unflushed batch is redelivered and rewritten (the writes are idempotent).
