@@ -90,6 +90,10 @@ def _load(max_tokens: int, threads: int) -> tuple[Any, Any]:
     tokenizer.enable_padding()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
+    # Idle pool threads would spin for the next call: for one search query that doubles the
+    # CPU of an embedding (12.5 -> 7.1 ms measured with it off), taken from the request
+    # being answered; a run of batches is as fast without it (410 texts/s either way).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(str(model), options,
                                            providers=["CPUExecutionProvider"])
     return session, tokenizer
