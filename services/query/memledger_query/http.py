@@ -23,7 +23,9 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import AfterValidator, BaseModel
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.crypto import Opener
@@ -104,18 +106,35 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
                   docs_url=None, redoc_url=None, responses=ERROR_RESPONSES)
     _errors(app)
-    _authenticate(app, gate or Gate(None, default_tenant))
-
-    @app.middleware("http")
-    async def report_lag(request: Request, call_next: Any) -> Response:
-        response: Response = await call_next(request)
-        projected, lag = reader.lag()
-        response.headers["Memledger-Projected-Position"] = str(projected)
-        response.headers["Memledger-Projection-Lag"] = str(lag)
-        return response
-
+    # Plain ASGI middleware: the decorator kind (BaseHTTPMiddleware) runs the rest of the
+    # request in a task group of its own and streams the response through a queue, a
+    # measurable part of a 15 ms search. The last added runs first.
+    app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
+    app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
     return app
+
+
+class _LagHeaders:
+    """Every answer says how far the read models got and how far behind the log they are."""
+
+    def __init__(self, app: ASGIApp, reader: Reader) -> None:
+        self.app, self.reader = app, reader
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_lag(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                projected, lag = self.reader.lag()
+                headers = MutableHeaders(scope=message)
+                headers["Memledger-Projected-Position"] = str(projected)
+                headers["Memledger-Projection-Lag"] = str(lag)
+            await send(message)
+
+        await self.app(scope, receive, send_with_lag)
 
 
 def _errors(app: FastAPI) -> None:
@@ -170,33 +189,41 @@ async def read_visible(reader: Reader, min_position: int | None, wait_ms: int,
     return await asyncio.to_thread(reader.run, fn, *args)
 
 
-def _authenticate(app: FastAPI, gate: Gate) -> None:
+class _Authenticate:
     """Every read needs the read role; a path naming a space needs a grant for it; the
     tenant-wide changes feed needs a key for the whole tenant. Search and context check the
     spaces in their bodies themselves."""
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next: Any) -> Response:
-        if request.url.path in _PUBLIC:
-            response: Response = await call_next(request)
-            return response
+
+    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+        self.app, self.gate = app, gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        path = request.url.path
+        if path in _PUBLIC:
+            await self.app(scope, receive, send)
+            return
         try:
-            found = await _resolve(gate, request)
-            space = _SPACE_PATH.match(request.url.path)
+            found = await _resolve(self.gate, request)
+            space = _SPACE_PATH.match(path)
             require(found, "read", [space.group(1)] if space else [], path="path.space_id")
-            if request.url.path == "/v1/changes" and found.spaces is not None:
+            if path == "/v1/changes" and found.spaces is not None:
                 raise Denied(403, "forbidden", "this key is limited to some spaces: read "
                              "/v1/spaces/{space_id}/changes instead", "header.Authorization")
         except Denied as denied:
             extra = {} if denied.retry_after is None else {
                 "retry_after_seconds": denied.retry_after}
-            return Problem(denied.status, denied.code, denied.message, denied.path,
-                           **extra).response()
+            await Problem(denied.status, denied.code, denied.message, denied.path,
+                          **extra).response()(scope, receive, send)
+            return
         token = _PRINCIPAL.set(found)
         try:
-            response = await call_next(request)
+            await self.app(scope, receive, send)
         finally:
             _PRINCIPAL.reset(token)
-        return response
 
 
 async def _resolve(gate: Gate, request: Request) -> Principal:
