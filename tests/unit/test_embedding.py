@@ -12,7 +12,7 @@ TEXTS = ["Alice prefers tea over coffee", "The deploy pipeline failed on Tuesday
 
 @pytest.fixture(scope="module", params=["hashing", "local-minilm"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
-    return HashingEmbedder() if request.param == "hashing" else LocalMiniLmEmbedder(batch_size=2)
+    return HashingEmbedder() if request.param == "hashing" else LocalMiniLmEmbedder()
 
 
 def _cosine(a: list[float], b: list[float]) -> float:
@@ -48,5 +48,5 @@ def test_the_local_model_ranks_a_paraphrase_above_unrelated_sentences() -> None:
 
 
 def test_the_local_model_names_itself_and_its_size() -> None:
-    assert LocalMiniLmEmbedder.model_id == "all-MiniLM-L6-v2/int8-onnx"
+    assert LocalMiniLmEmbedder.model_id == "all-MiniLM-L6-v2/int8-dynamic-onnx"
     assert LocalMiniLmEmbedder.dims == 384

@@ -15,4 +15,4 @@ def from_settings(settings: Settings) -> Embedder:
         assert settings.cohere_api_key is not None  # the settings validator ensures it
         return CohereEmbedder(settings.cohere_api_key, model=settings.cohere_model,
                               dims=settings.cohere_dims, base_url=settings.cohere_base_url)
-    return LocalMiniLmEmbedder()
+    return LocalMiniLmEmbedder(cache_dir=settings.model_cache_dir)

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     cohere_model: str = "embed-v4.0"
     cohere_dims: int = Field(default=1024, ge=1, le=8_192)
     cohere_base_url: str | None = None
+    model_cache_dir: Path | None = Field(
+        default=None, description="where the local model's int8 form is kept once built "
+        "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
     enricher_batch: int = Field(default=64, ge=1, le=1_000)
     # One batch at a time, its round trip through ingest left the model idle and held writes
     # 5 s from being searchable at 100 writes/s.
