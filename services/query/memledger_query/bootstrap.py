@@ -94,8 +94,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
         receipts.ensure(conn, names.base)
     pool: ConnectionPool[psycopg.Connection[object]] = ConnectionPool(
         dsn, min_size=2, max_size=settings.postgres_pool_size, open=True,
-        kwargs={"autocommit": True},
-        check=ConnectionPool.check_connection)  # a PostgreSQL restart leaves dead connections
+        kwargs={"autocommit": True})  # connections broken by a restart: ``Reader.run``
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
                                                   pool_size=2))
     embedder = embedder or embedders.from_settings(settings)

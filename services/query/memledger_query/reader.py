@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
@@ -26,6 +27,10 @@ class NotYetVisible(Exception):
         self.wanted, self.reached = wanted, reached
 
 
+class _Broken(psycopg.OperationalError):
+    """The connection a read ran on turned out broken (``error`` is why)."""
+
+
 class Reader:
     """Runs plain read functions ``fn(conn, schema_name, *args)`` on the live projection."""
 
@@ -40,10 +45,26 @@ class Reader:
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, live schema, *args)`` on a pooled connection. A connection found broken
+        (PostgreSQL restarted since it was pooled) is dropped, the pool's idle ones are
+        checked, and ``fn`` runs again once: reads can be repeated, and checking on failure
+        spares every read the round trip of checking on borrow."""
+        try:
+            return self._run(fn, *args)
+        except _Broken:
+            self._pool.check()
+        return self._run(fn, *args)
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
         with self._pool.connection() as conn:
-            s = self._live(conn)
-            self._refresh_lag(conn, s)
-            return fn(conn, s, *args)
+            try:
+                s = self._live(conn)
+                self._refresh_lag(conn, s)
+                return fn(conn, s, *args)
+            except psycopg.OperationalError as error:
+                if conn.broken:
+                    raise _Broken(str(error)) from error
+                raise
 
     def lag(self) -> tuple[int, int]:
         """(projected position, positions committed but not yet projected), as of the last
