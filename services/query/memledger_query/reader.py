@@ -28,7 +28,7 @@ class NotYetVisible(Exception):
 
 
 class _Broken(psycopg.OperationalError):
-    """The connection a read ran on turned out broken (``error`` is why)."""
+    """The connection a read ran on turned out broken (the message is the driver's)."""
 
 
 class Reader:
