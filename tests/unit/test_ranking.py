@@ -5,7 +5,10 @@ import itertools
 import math
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memledger_query.ranking import (
     MODES,
@@ -201,6 +204,49 @@ def test_a_duplicate_collapses_into_the_hit_it_is_closest_to() -> None:
         candidate("near y", dense=0.7, vector=[0.01, 1.0, 0.0])), RECIPE)
     assert [r.candidate.item_id for r in kept] == ["x", "y"]
     assert into == {"near y": "y"}
+
+
+def test_a_zero_vector_is_kept_and_collapses_nothing() -> None:
+    kept, into = collapse(ranked(
+        candidate("zero", dense=0.9, vector=[0.0, 0.0, 0.0]),
+        candidate("x", dense=0.8, vector=[1.0, 0.0, 0.0]),
+        candidate("near x", dense=0.7, vector=[1.0, 0.01, 0.0])), RECIPE)
+    assert [r.candidate.item_id for r in kept] == ["zero", "x"]
+    assert into == {"near x": "x"}
+
+
+_VECTORS = st.one_of(
+    st.none(), st.just([0.0, 0.0, 0.0]),
+    st.lists(st.integers(-3, 3).map(float), min_size=3, max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VECTORS, max_size=12), st.sampled_from([0.5521, 0.9137, 0.9713]))
+def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
+                                          threshold: float) -> None:
+    """Each hit, best first, is kept unless its vector is within ``threshold`` of a hit kept
+    before it, and then it collapses into the closest of those; hits without a (non-zero)
+    vector are always kept. (No cosine of these vectors comes within 1e-3 of a threshold, and
+    equally close owners are told apart by 1e-5 at most, so rounding cannot decide.)"""
+    hits = [Ranked(candidate(f"h{i}", dense=0.5, vector=v), 0.5, 0.5, {})
+            for i, v in enumerate(vectors)]
+    kept, into = collapse(hits, Recipe(duplicate_cosine=threshold))
+    units: dict[str, np.ndarray] = {}  # the kept hits that have a direction
+    expected_kept, closest = [], {}
+    for hit, vector in zip(hits, vectors, strict=True):
+        norm = float(np.linalg.norm(vector)) if vector is not None else 0.0
+        unit = np.asarray(vector) / norm if norm else None
+        cosines = {item: float(u @ unit) for item, u in units.items()} if unit is not None else {}
+        if cosines and max(cosines.values()) > threshold:
+            closest[hit.candidate.item_id] = cosines
+            continue
+        expected_kept.append(hit.candidate.item_id)
+        if unit is not None:
+            units[hit.candidate.item_id] = unit
+    assert [r.candidate.item_id for r in kept] == expected_kept
+    assert into.keys() == closest.keys()
+    for item, owner in into.items():
+        assert closest[item][owner] > max(closest[item].values()) - 1e-5
 
 
 # --- modes ----------------------------------------------------------------------------------

@@ -171,27 +171,37 @@ def collapse(ranked: Sequence[Ranked], recipe: Recipe) -> tuple[list[Ranked], di
     """Drop near-duplicates (cosine above ``duplicate_cosine``) of a better hit; return the kept
     hits and, for each dropped item, the item it collapsed into."""
     kept: list[Ranked] = []
-    vectors: list[npt.NDArray[np.float32]] = []
     owners: list[Ranked] = []
     into: dict[str, str] = {}
-    for hit in ranked:
-        vector = _unit(hit.candidate.vector)
-        if vector is not None and vectors:
-            similar = np.stack(vectors) @ vector
+    units = _units([hit.candidate.vector for hit in ranked])
+    # The kept hits' unit vectors, row by row, in one preallocated matrix: stacking a growing
+    # list for every hit cost more than the rest of the ranking (about 1 ms for 40 hits).
+    matrix = np.empty_like(units)
+    for hit, unit in zip(ranked, units, strict=True):
+        vector = unit if unit.any() else None
+        if vector is not None and owners:
+            similar = matrix[:len(owners)] @ vector
             best = int(np.argmax(similar))
             if float(similar[best]) > recipe.duplicate_cosine:
                 into[hit.candidate.item_id] = owners[best].candidate.item_id
                 continue
         kept.append(hit)
         if vector is not None:
-            vectors.append(vector)
+            matrix[len(owners)] = vector
             owners.append(hit)
     return kept, into
 
 
-def _unit(vector: Sequence[float] | None) -> "npt.NDArray[np.float32] | None":
-    if vector is None:
-        return None
-    array = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(array))
-    return array / norm if norm else None
+def _units(vectors: Sequence[Sequence[float] | None]) -> "npt.NDArray[np.float32]":
+    """The vectors scaled to unit length, one row each, converted in one call; a missing or
+    zero vector is a row of zeros, which takes no part in collapsing (no columns at all when
+    every vector is missing)."""
+    present = [i for i, v in enumerate(vectors) if v is not None]
+    if not present:
+        return np.zeros((len(vectors), 0), np.float32)
+    rows = np.asarray([vectors[i] for i in present], dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    units = np.zeros((len(vectors), rows.shape[1]), np.float32)
+    units[present] = rows
+    return units
