@@ -59,3 +59,22 @@ def test_a_service_blocked_writing_to_an_unread_pipe_is_still_ended() -> None:
     assert proc.wait(timeout=30) == STUCK_EXIT_CODE  # nobody reads its stderr meanwhile
     assert proc.stderr is not None
     proc.stderr.close()
+
+
+def test_a_service_runs_with_the_collector_tuned_for_it() -> None:
+    """Startup objects frozen out of the collector's sight, and young collections rarer than
+    Python's default (700): checked in a process of its own, as the settings are global."""
+    script = textwrap.dedent("""
+        import gc
+        from memledger_platform.lifecycle import GC_YOUNG_THRESHOLD, run_service
+
+        async def main():
+            return gc.get_threshold(), gc.get_freeze_count()
+
+        (young, middle, old), frozen = run_service(main())
+        assert (young, middle, old) == (GC_YOUNG_THRESHOLD, 10, 10), (young, middle, old)
+        assert GC_YOUNG_THRESHOLD > 700 and frozen > 0, frozen
+    """)
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
