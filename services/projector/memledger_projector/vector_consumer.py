@@ -69,11 +69,15 @@ class VectorProjector:
         self._advanced = asyncio.Condition()
         self.dead_letters = 0
         self._unoptimized = 0
+        self._written = 0
 
     @property
     def position(self) -> int:
-        """The log position every event up to which is in the index."""
-        return self._fold.position
+        """The log position every event up to which is in the index: written, not only
+        folded. A search names it as its basis, and ``wait_for`` releases read-your-writes
+        waiters on it, while the batch folded before it may still be on its way to the index
+        (written in a worker thread, with searches served meanwhile)."""
+        return self._written
 
     async def wait_for(self, position: int, seconds: float) -> bool:
         """Whether the index reaches ``position`` within ``seconds``."""
@@ -170,6 +174,7 @@ class VectorProjector:
             else:
                 await self._fold_one(msg)
         await self._write_pending(msgs)
+        self._written = self._fold.position
         last = msgs[-1].metadata.sequence.stream
         self._written_seq = max(self._written_seq, last)
         self._next_seq = max(self._next_seq, last + 1)
