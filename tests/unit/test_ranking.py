@@ -171,48 +171,37 @@ def ranked(*found: Candidate) -> list[Ranked]:
     return rank(list(found), RECIPE, NOW)
 
 
-def test_a_near_duplicate_of_a_better_hit_collapses_into_it() -> None:
-    kept, into = collapse(ranked(
-        candidate("best", dense=0.9, vector=[2.0, 0.0, 0.0]),
-        candidate("copy", dense=0.8, vector=at_cosine(0.99))), RECIPE)
-    assert [r.candidate.item_id for r in kept] == ["best"]
-    assert into == {"copy": "best"}
-
-
-def test_distinct_hits_and_hits_without_vectors_are_kept() -> None:
-    kept, into = collapse(ranked(
-        candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
-        candidate("close", dense=0.8, vector=at_cosine(0.94)),
-        candidate("other", dense=0.7, vector=[0.0, 0.0, 1.0]),
-        candidate("words", keyword=30.0)), RECIPE)
-    assert [r.candidate.item_id for r in kept] == ["best", "close", "other", "words"]
-    assert into == {}
-
-
-def test_the_duplicate_threshold_is_part_of_the_recipe() -> None:
-    hits = ranked(candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
-                  candidate("close", dense=0.8, vector=at_cosine(0.94)))
-    kept, into = collapse(hits, Recipe(duplicate_cosine=0.9))
-    assert [r.candidate.item_id for r in kept] == ["best"]
-    assert into == {"close": "best"}
-
-
-def test_a_duplicate_collapses_into_the_hit_it_is_closest_to() -> None:
-    kept, into = collapse(ranked(
-        candidate("x", dense=0.9, vector=[1.0, 0.0, 0.0]),
-        candidate("y", dense=0.8, vector=[0.0, 1.0, 0.0]),
-        candidate("near y", dense=0.7, vector=[0.01, 1.0, 0.0])), RECIPE)
-    assert [r.candidate.item_id for r in kept] == ["x", "y"]
-    assert into == {"near y": "y"}
-
-
-def test_a_zero_vector_is_kept_and_collapses_nothing() -> None:
-    kept, into = collapse(ranked(
-        candidate("zero", dense=0.9, vector=[0.0, 0.0, 0.0]),
-        candidate("x", dense=0.8, vector=[1.0, 0.0, 0.0]),
-        candidate("near x", dense=0.7, vector=[1.0, 0.01, 0.0])), RECIPE)
-    assert [r.candidate.item_id for r in kept] == ["zero", "x"]
-    assert into == {"near x": "x"}
+@pytest.mark.parametrize(("hits", "recipe", "kept", "into"), [
+    pytest.param([candidate("best", dense=0.9, vector=[2.0, 0.0, 0.0]),
+                  candidate("copy", dense=0.8, vector=at_cosine(0.99))],
+                 RECIPE, ["best"], {"copy": "best"},
+                 id="a near-duplicate of a better hit collapses into it"),
+    pytest.param([candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
+                  candidate("close", dense=0.8, vector=at_cosine(0.94)),
+                  candidate("other", dense=0.7, vector=[0.0, 0.0, 1.0]),
+                  candidate("words", keyword=30.0)],
+                 RECIPE, ["best", "close", "other", "words"], {},
+                 id="distinct hits and hits without vectors are kept"),
+    pytest.param([candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
+                  candidate("close", dense=0.8, vector=at_cosine(0.94))],
+                 Recipe(duplicate_cosine=0.9), ["best"], {"close": "best"},
+                 id="the duplicate threshold is part of the recipe"),
+    pytest.param([candidate("x", dense=0.9, vector=[1.0, 0.0, 0.0]),
+                  candidate("y", dense=0.8, vector=[0.0, 1.0, 0.0]),
+                  candidate("near y", dense=0.7, vector=[0.01, 1.0, 0.0])],
+                 RECIPE, ["x", "y"], {"near y": "y"},
+                 id="a duplicate collapses into the hit it is closest to"),
+    pytest.param([candidate("zero", dense=0.9, vector=[0.0, 0.0, 0.0]),
+                  candidate("x", dense=0.8, vector=[1.0, 0.0, 0.0]),
+                  candidate("near x", dense=0.7, vector=[1.0, 0.01, 0.0])],
+                 RECIPE, ["zero", "x"], {"near x": "x"},
+                 id="a zero vector is kept and collapses nothing"),
+])
+def test_collapse(hits: list[Candidate], recipe: Recipe, kept: list[str],
+                  into: dict[str, str]) -> None:
+    found, collapsed = collapse(ranked(*hits), recipe)
+    assert [r.candidate.item_id for r in found] == kept
+    assert collapsed == into
 
 
 _VECTORS = st.one_of(
