@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import qdrant_edge as qe
-from qdrant_client import QdrantClient
+from qdrant_client import QdrantClient, models
 
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import (
@@ -186,36 +186,31 @@ class VectorIndexContract:
         assert found[0].score == pytest.approx(expected, rel=1e-5)
         assert idf(4, 1) == pytest.approx(math.log(1 + 3.5 / 1.5))
 
-    def test_closing_a_point_by_payload_hides_it_now_but_not_as_of_before(
+    def test_a_point_written_again_closed_is_hidden_now_but_not_as_of_before(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", X, {RARE: 1.0}, sys_from=1)])
-        index.set_payload([uuid_of("1"), uuid_of("999")], {"sys_to": 5})
+        index.upsert([point("1", X, {RARE: 1.0}, sys_from=1, sys_to=5)])
         assert ids(index, now()) == keyword_ids(index, now(), RARE) == []
         assert ids(index, now(position=3)) == keyword_ids(index, now(position=3), RARE) == ["1"]
+        assert ids(index, now(position=5)) == []
         [stored] = index.points("acme", "1")
-        assert stored.payload["sys_to"] == 5
-        assert stored.payload["space"] == "s"
+        assert (stored.payload["sys_to"], stored.payload["sys_until"]) == (5, 5)
 
     def test_an_archived_point_is_hidden_from_its_archiving_on_but_not_before(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", X, {RARE: 1.0}, sys_from=1), point("2", X, sys_from=1)])
-        index.set_payload([uuid_of("1")], {"archived_from": 5})
+        index.upsert([point("1", X, {RARE: 1.0}, sys_from=1, archived_from=5)])
         for position in (None, 5, 7):
             assert ids(index, now(position=position)) == ["2"]
             assert keyword_ids(index, now(position=position), RARE) == []
         assert sorted(ids(index, now(position=4))) == ["1", "2"]
         assert keyword_ids(index, now(position=4), RARE) == ["1"]
 
-    def test_setting_a_dense_vector_keeps_the_payload_and_the_keywords(
+    def test_an_archived_version_closed_later_stays_hidden_from_its_archiving_on(
             self, index: VectorIndex) -> None:
-        index.upsert([point("1", None, {RARE: 2.0}, kind="decision"), point("2", Y)])
-        index.set_vectors({uuid_of("1"): [0.0, 0.0, 3.0], uuid_of("999"): X})
-        assert ids(index, now(), Z) == ["1", "2"]
-        [stored] = index.points("acme", "1")
-        assert stored.vector == pytest.approx(Z)
-        assert stored.sparse == terms({RARE: 2.0})
-        assert stored.payload["kind"] == "decision"
-        assert index.count() == 2
+        # sys_until is the earlier of the two bounds, whichever is written first
+        index.upsert([point("1", X, sys_from=1, sys_to=9, archived_from=5)])
+        assert [ids(index, now(position=p)) for p in (4, 5, 8, 9)] == [["1"], [], [], []]
 
     def test_the_points_of_an_item_come_back_whole_and_only_from_its_tenant(
             self, index: VectorIndex) -> None:
@@ -228,7 +223,7 @@ class VectorIndexContract:
         assert (found[0].sparse, found[1].vector, found[1].sparse) == (
             terms({COMMON: 0.5}), None, terms({RARE: 1.5}))
         assert found[1].payload == {**point("2", item="7", sys_from=5).payload,
-                                    "archived_from": OPEN}
+                                    "archived_from": OPEN, "sys_until": OPEN}
         assert index.points("acme", "9") == []
 
 
@@ -262,6 +257,49 @@ def test_an_edge_shard_reopened_from_disk_keeps_its_points(tmp_path: Path) -> No
         assert ids(again, now()) == keyword_ids(again, now(), RARE) == ["1"]
     finally:
         again.close()
+
+
+def test_an_edge_shard_from_before_sys_until_is_completed_when_opened(tmp_path: Path) -> None:
+    old = [point("1", X, {RARE: 1.0}), point("2", Y, sys_to=5), point("3", None, {RARE: 1.0})]
+    _write_without_sys_until(tmp_path / "vectors", old)
+    index = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3)
+    try:
+        assert sorted(ids(index, now(), X)) == ["1"]
+        assert ids(index, now(position=3), Y)[0] == "2"
+        assert sorted(keyword_ids(index, now(), RARE)) == ["1", "3"]
+        assert [p.payload["sys_until"] for p in index.points("acme", "2")] == [5]
+    finally:
+        index.close()
+
+
+def test_a_qdrant_collection_from_before_sys_until_is_completed_when_opened() -> None:
+    client = QdrantClient(location=":memory:")
+    QdrantServerVectorIndex(client, "memories", dims=3)
+    client.upsert("memories", points=[models.PointStruct(
+        id=uuid_of("1"), vector={"dense": X}, payload=point("1").payload)])
+    index = QdrantServerVectorIndex(client, "memories", dims=3)
+    assert ids(index, now()) == ["1"]
+    assert index.points("acme", "1")[0].payload["sys_until"] == OPEN
+
+
+def _write_without_sys_until(path: Path, points: list[IndexedPoint]) -> None:
+    """A shard as an index before sys_until wrote it (the payload with archived_from only)."""
+    QdrantEdgeVectorIndex(path, dims=3).close()
+    shard = qe.EdgeShard.load(str(path))
+    try:
+        shard.update(qe.UpdateOperation.upsert_points([qe.Point(
+            id=p.point_id, vector=_named_vectors(p), payload={"archived_from": OPEN, **p.payload})
+            for p in points]))
+        shard.flush()
+    finally:
+        shard.close()
+
+
+def _named_vectors(p: IndexedPoint) -> dict[str, Any]:
+    named: dict[str, Any] = {} if p.vector is None else {"dense": list(p.vector)}
+    if p.sparse is not None:
+        named["keywords"] = qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))
+    return named
 
 
 def test_an_edge_shard_indexes_every_field_a_scope_filters_on(tmp_path: Path) -> None:

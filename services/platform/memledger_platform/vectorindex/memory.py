@@ -1,9 +1,8 @@
 """An exact, in-memory ``VectorIndex``: for unit tests, and the ground truth of recall."""
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -29,14 +28,6 @@ class InMemoryVectorIndex(VectorIndex):
     def delete(self, point_ids: Sequence[str]) -> None:
         for point_id in point_ids:
             self._points.pop(point_id, None)
-
-    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
-        for p in self._existing(point_ids):
-            self._points[p.point_id] = replace(p, payload={**p.payload, **values})
-
-    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
-        for p in self._existing(list(vectors)):
-            self._points[p.point_id] = replace(p, vector=_unit_list(vectors[p.point_id]))
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         query = _unit(vector)
@@ -66,9 +57,6 @@ class InMemoryVectorIndex(VectorIndex):
 
     def count(self) -> int:
         return len(self._points)
-
-    def _existing(self, point_ids: Iterable[str]) -> list[IndexedPoint]:
-        return [self._points[i] for i in point_ids if i in self._points]
 
     def _idf_weighted(self, query: SparseVector) -> dict[int, float]:
         """The query's weights times each term's IDF, over every point with a sparse vector

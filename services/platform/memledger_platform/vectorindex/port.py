@@ -4,9 +4,7 @@ keyword vector (BM25-style term weights) or both, and the scope and time bounds 
 Contract (one suite checks every adapter):
 
 - ``upsert`` of a point id that exists replaces the whole point (ids are deterministic per item
-  version, so a redelivered projection write is harmless); a payload without ``archived_from``
-  is stored with ``archived_from = OPEN``, so every engine filters it as one indexed range;
-- ``set_payload`` and ``set_vectors`` change points that exist and ignore ids that do not;
+  version, so a redelivered projection write is harmless), stored as ``stored_payload`` says;
 - ``search`` (dense) and ``search_sparse`` (keywords) return at most ``k`` hits, best first,
   only inside ``scope`` (``in_scope`` is its meaning): the tenant always; spaces, kinds, tags
   (any of), session and agent when given; and in time: the version valid at ``valid_at``
@@ -17,7 +15,7 @@ Contract (one suite checks every adapter):
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,9 +28,13 @@ non-negative in every client."""
 
 KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id",
                   "subject_id", "layer")
-RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_to", "archived_from")
+RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_until")
 """The payload fields scopes and ``points`` filter on: the engines that can index payload index
 these (keyword and float), so a filtered search stays fast at 100k points."""
+
+SYS_UNTIL = "sys_until"
+"""Derived on every write (``stored_payload``): where a version stops being visible in system
+time, ``min(sys_to, archived_from)``."""
 
 
 @dataclass(frozen=True)
@@ -101,15 +103,6 @@ class VectorIndex(ABC):
         """Remove points (ids that are absent are ignored)."""
 
     @abstractmethod
-    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
-        """Merge ``values`` into the payload of each point that exists (others are ignored)."""
-
-    @abstractmethod
-    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
-        """Set or replace the dense vector of each point that exists, keeping its payload and
-        sparse vector (absent ids are ignored)."""
-
-    @abstractmethod
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         """The ``k`` nearest points by cosine inside ``scope``, best first; points without a
         dense vector are never hits."""
@@ -155,8 +148,13 @@ def idf(total: int, containing: int) -> float:
 
 def stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """The payload as every adapter stores it: with ``archived_from`` (a range condition on a
-    missing key fails in Qdrant, while ``in_scope`` reads a missing key as ``OPEN``)."""
-    return {"archived_from": OPEN, **payload}
+    missing key fails in Qdrant, while ``in_scope`` reads a missing key as ``OPEN``) and
+    ``sys_until``, which ``conditions`` filters on in place of ``sys_to`` and ``archived_from``
+    (``sys_until > p`` holds exactly when both do). Whole points are written, never parts of a
+    payload, so the derived field cannot go stale."""
+    stored = {"archived_from": OPEN, **payload}
+    stored[SYS_UNTIL] = min(stored["sys_to"], stored["archived_from"])
+    return stored
 
 
 @dataclass(frozen=True)
@@ -168,14 +166,35 @@ class Condition:
     value: Any
 
 
+def complete_payloads(page: Callable[[Any], tuple[list[IndexedPoint], Any]],
+                      upsert: Callable[[Sequence[IndexedPoint]], None]) -> int:
+    """Write again every point stored before ``sys_until`` existed (``page(offset)``: the
+    next points without it, and the offset after them), so scopes find them: a condition on
+    a missing key fails. Done when an index opens, once per old index; how many there were."""
+    rewritten, offset, first = 0, None, True
+    while first or offset is not None:
+        found, offset = page(offset)
+        upsert(found)
+        rewritten, first = rewritten + len(found), False
+    return rewritten
+
+
 def conditions(scope: Scope) -> list[Condition]:
-    """The scope as payload conditions, all of which must hold (``in_scope`` is their meaning)."""
+    """The scope as payload conditions, all of which must hold (``in_scope`` is their meaning).
+
+    As few as that takes: an engine checks every condition on every point a search visits (and
+    on every point not yet in an HNSW graph), so each one costs. System time is one condition
+    on ``sys_until``, and ``sys_from <= p`` is left out when ``p`` is now (every version
+    written has it). On a 100k shard as a load leaves it (6,500 points not yet indexed), the
+    dense fetch took 3.4-5.3 ms with the seven conditions of a one-space scope and 2.3-4.9 ms
+    with these five (ADR 0006)."""
     position = _position(scope)
     found = [Condition("tenant", "eq", scope.tenant),
              Condition("valid_from", "lte", scope.valid_at),
              Condition("valid_to", "gt", scope.valid_at),
-             Condition("sys_from", "lte", position), Condition("sys_to", "gt", position),
-             Condition("archived_from", "gt", position)]
+             Condition(SYS_UNTIL, "gt", position)]
+    if scope.position is not None:
+        found.append(Condition("sys_from", "lte", position))
     for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags),
                         ("layer", scope.layers)):
         if values:

@@ -1,8 +1,9 @@
 """``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW for
 the dense vector and an inverted index with IDF for the keywords, under a directory of its own."""
 
+import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +12,21 @@ import qdrant_edge as qe
 from memledger_platform.vectorindex.port import (
     KEYWORD_FIELDS,
     RANGE_FIELDS,
+    SYS_UNTIL,
     Condition,
     Hit,
     IndexedPoint,
     Scope,
     SparseVector,
     VectorIndex,
+    complete_payloads,
     conditions,
     item_conditions,
     stored_payload,
     subject_conditions,
 )
+
+log = logging.getLogger(__name__)
 
 DENSE, KEYWORDS = "dense", "keywords"
 _PAGE = 256
@@ -40,6 +45,10 @@ class QdrantEdgeVectorIndex(VectorIndex):
         self._lock = threading.Lock()
         self._index_payload()
         self._closed = False
+        rewritten = complete_payloads(self._without_sys_until, self.upsert)
+        if rewritten:
+            self.flush()
+            log.info("vector index %s: %d points given sys_until", path, rewritten)
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
@@ -52,20 +61,6 @@ class QdrantEdgeVectorIndex(VectorIndex):
         if point_ids:
             with self._lock:
                 self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
-
-    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
-        # By filter: set_payload by ids fails on the first absent id, a filter skips it.
-        if point_ids:
-            with self._lock:
-                self._shard.update(qe.UpdateOperation.set_payload_by_filter(
-                    qe.Filter(must=[qe.HasIdCondition(set(point_ids))]), values))
-
-    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
-        # update_vectors fails on an absent id, so only the ids found are updated.
-        with self._lock:
-            found = self._shard.retrieve(list(vectors), with_payload=False, with_vector=False)
-            self._shard.update(qe.UpdateOperation.update_vectors(
-                [qe.PointVectors(r.id, {DENSE: list(vectors[str(r.id)])}) for r in found]))
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, [DENSE])
@@ -141,6 +136,12 @@ class QdrantEdgeVectorIndex(VectorIndex):
                                   with_payload=True, with_vector=with_vector)
         with self._lock:
             return self._shard.query(request)
+
+    def _without_sys_until(self, offset: Any) -> tuple[list[IndexedPoint], Any]:
+        with self._lock:
+            found, offset = self._scroll(qe.Filter(must=[qe.IsEmptyCondition(SYS_UNTIL)]),
+                                         offset)
+        return [_point(r) for r in found], offset
 
     def _scroll(self, where: qe.Filter, offset: Any) -> tuple[list[qe.Record], Any]:
         return self._shard.scroll(qe.ScrollRequest(

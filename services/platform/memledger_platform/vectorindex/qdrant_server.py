@@ -3,7 +3,7 @@ adapter runs against qdrant-client's local mode (``location=":memory:"``) in tes
 against a real Qdrant where Docker exists."""
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -11,12 +11,14 @@ from qdrant_client import QdrantClient, models
 from memledger_platform.vectorindex.port import (
     KEYWORD_FIELDS,
     RANGE_FIELDS,
+    SYS_UNTIL,
     Condition,
     Hit,
     IndexedPoint,
     Scope,
     SparseVector,
     VectorIndex,
+    complete_payloads,
     conditions,
     item_conditions,
     stored_payload,
@@ -43,6 +45,7 @@ class QdrantServerVectorIndex(VectorIndex):
                 optimizers_config=models.OptimizersConfigDiff(
                     deleted_threshold=0.0001, vacuum_min_vector_number=1))
         self._index_payload()
+        complete_payloads(self._without_sys_until, self.upsert)
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
@@ -56,22 +59,6 @@ class QdrantServerVectorIndex(VectorIndex):
             self._client.delete(self._collection, wait=True,
                                 points_selector=models.PointIdsList(points=list(point_ids)))
 
-    def set_payload(self, point_ids: Sequence[str], values: dict[str, Any]) -> None:
-        # By filter: set_payload by ids fails on the first absent id, a filter skips it.
-        if point_ids:
-            self._client.set_payload(self._collection, values, wait=True, points=models.Filter(
-                must=[models.HasIdCondition(has_id=list(point_ids))]))
-
-    def set_vectors(self, vectors: Mapping[str, Sequence[float]]) -> None:
-        # update_vectors fails on an absent id, so only the ids found are updated.
-        if not vectors:
-            return
-        found = self._client.retrieve(self._collection, list(vectors),
-                                      with_payload=False, with_vectors=False)
-        if found:
-            self._client.update_vectors(self._collection, wait=True, points=[
-                models.PointVectors(id=r.id, vector={DENSE: list(vectors[str(r.id)])})
-                for r in found])
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         found = self._query(list(vector), DENSE, scope, k)
@@ -113,6 +100,11 @@ class QdrantServerVectorIndex(VectorIndex):
             self._collection, query=query, using=using, limit=k,
             query_filter=_filter(conditions(scope)), with_payload=True,
             with_vectors=[DENSE] if using == DENSE else False).points
+
+    def _without_sys_until(self, offset: Any) -> tuple[list[IndexedPoint], Any]:
+        found, offset = self._scroll(models.Filter(must=[models.IsEmptyCondition(
+            is_empty=models.PayloadField(key=SYS_UNTIL))]), offset)
+        return [_point(r) for r in found], offset
 
     def _scroll(self, where: models.Filter, offset: Any) -> tuple[list[models.Record], Any]:
         return self._client.scroll(self._collection, scroll_filter=where, limit=_PAGE,
