@@ -83,6 +83,21 @@ def test_the_decay_is_one_half_after_the_half_life_of_the_kind(kind: str, half_l
     assert explain["age_days"] == half_life
 
 
+def test_explain_names_every_factor_of_the_score_rounded() -> None:
+    found = score(candidate(dense=0.8, keyword=4.0, importance=1.0, confidence=0.5,
+                            content_at=NOW - 180 * DAY), RECIPE, NOW, Signals(used=1))
+    assert found.explain == {
+        "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71,
+        "age_days": 180.0, "half_life_days": 180.0, "decay": 0.5, "recency_factor": 0.9,
+        "importance_factor": 1.1, "confidence_factor": 0.85, "signals_used": 1,
+        "signals_unused": 0, "signals_reaffirmed": 0, "signals_rated": 0, "rating_mean": 0,
+        "utility": round(utility(Signals(used=1)), 6),
+        "utility_factor": round(1 + RECIPE.utility_weight * (2 * utility(Signals(used=1)) - 1),
+                                6),
+        "score": round(found.score, 6)}
+    assert Ranked(found.candidate, 0.5, 0.5).explain == {}  # made without its factors
+
+
 def test_the_recipe_is_data_a_recipe_without_recency_ignores_age() -> None:
     timeless = Recipe(recency_weight=0.0)
     old = candidate(dense=1.0, content_at=NOW - 10_000 * DAY)
@@ -217,7 +232,7 @@ def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
     before it, and then it collapses into the closest of those; hits without a (non-zero)
     vector are always kept. (No cosine of these vectors comes within 1e-3 of a threshold, and
     equally close owners are told apart by 1e-5 at most, so rounding cannot decide.)"""
-    hits = [Ranked(candidate(f"h{i}", dense=0.5, vector=v), 0.5, 0.5, {})
+    hits = [Ranked(candidate(f"h{i}", dense=0.5, vector=v), 0.5, 0.5)
             for i, v in enumerate(vectors)]
     kept, into = collapse(hits, Recipe(duplicate_cosine=threshold))
     units: dict[str, np.ndarray] = {}  # the kept hits that have a direction
