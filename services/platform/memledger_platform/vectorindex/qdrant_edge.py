@@ -47,6 +47,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
         self._closed = False
         rewritten = complete_payloads(self._without_sys_until, self.upsert)
         if rewritten:
+            # Rewritten points left their graphs: index them now, once, before any search
+            # (the projector would only optimize after its next thousand points).
+            self.optimize()
             self.flush()
             log.info("vector index %s: %d points given sys_until", path, rewritten)
 
