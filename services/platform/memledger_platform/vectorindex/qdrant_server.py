@@ -59,7 +59,6 @@ class QdrantServerVectorIndex(VectorIndex):
             self._client.delete(self._collection, wait=True,
                                 points_selector=models.PointIdsList(points=list(point_ids)))
 
-
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         found = self._query(list(vector), DENSE, scope, k)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}), _dense(p.vector))
