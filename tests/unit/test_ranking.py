@@ -225,19 +225,24 @@ _VECTORS = st.one_of(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_VECTORS, max_size=12), st.sampled_from([0.5521, 0.9137, 0.9713]))
+@given(st.lists(_VECTORS, max_size=12), st.sampled_from([0.5521, 0.9137, 0.9713]),
+       st.none() | st.integers(0, 12))
 def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
-                                          threshold: float) -> None:
+                                          threshold: float, limit: int | None) -> None:
     """Each hit, best first, is kept unless its vector is within ``threshold`` of a hit kept
     before it, and then it collapses into the closest of those; hits without a (non-zero)
-    vector are always kept. (No cosine of these vectors comes within 1e-3 of a threshold, and
-    equally close owners are told apart by 1e-5 at most, so rounding cannot decide.)"""
+    vector are always kept. Once ``limit`` hits are kept, the rest are neither kept nor
+    collapsed. (No cosine of these vectors comes within 1e-3 of a threshold, and equally
+    close owners are told apart by 1e-5 at most, so rounding cannot decide.)"""
     hits = [Ranked(candidate(f"h{i}", dense=0.5, vector=v), 0.5, 0.5)
             for i, v in enumerate(vectors)]
-    kept, into = collapse(hits, Recipe(duplicate_cosine=threshold))
+    kept, into = collapse(hits, Recipe(duplicate_cosine=threshold), limit)
     units: dict[str, np.ndarray] = {}  # the kept hits that have a direction
-    expected_kept, closest = [], {}
+    expected_kept: list[str] = []
+    closest: dict[str, dict[str, float]] = {}
     for hit, vector in zip(hits, vectors, strict=True):
+        if len(expected_kept) == limit:
+            break
         norm = float(np.linalg.norm(vector)) if vector is not None else 0.0
         unit = np.asarray(vector) / norm if norm else None
         cosines = {item: float(u @ unit) for item, u in units.items()} if unit is not None else {}
@@ -251,6 +256,17 @@ def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
     assert into.keys() == closest.keys()
     for item, owner in into.items():
         assert closest[item][owner] > max(closest[item].values()) - 1e-5
+
+
+def test_collapse_stops_at_the_limit_and_lists_only_what_it_dropped_before() -> None:
+    hits = ranked(candidate("a", dense=0.9, vector=[1.0, 0.0, 0.0]),
+                  candidate("copy of a", dense=0.8, vector=at_cosine(0.99)),
+                  candidate("b", dense=0.7, vector=[0.0, 1.0, 0.0]),
+                  candidate("copy of b", dense=0.6, vector=[0.0, 1.0, 0.01]))
+    assert [[r.candidate.item_id for r in kept] for kept, _ in
+            (collapse(hits, RECIPE, n) for n in (1, 2, None))] == [["a"], ["a", "b"], ["a", "b"]]
+    assert [into for _, into in (collapse(hits, RECIPE, n) for n in (1, 2, None))] == [
+        {}, {"copy of a": "a"}, {"copy of a": "a", "copy of b": "b"}]
 
 
 # --- modes ----------------------------------------------------------------------------------

@@ -198,41 +198,45 @@ def _explain_signals(signals: Signals) -> dict[str, float]:
             "rating_mean": round(signals.rating_sum / signals.rated, 6) if signals.rated else 0}
 
 
-def collapse(ranked: Sequence[Ranked], recipe: Recipe) -> tuple[list[Ranked], dict[str, str]]:
-    """Drop near-duplicates (cosine above ``duplicate_cosine``) of a better hit; return the kept
-    hits and, for each dropped item, the item it collapsed into."""
+def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None
+             ) -> tuple[list[Ranked], dict[str, str]]:
+    """Keep hits in rank order, dropping near-duplicates (cosine above ``duplicate_cosine``)
+    of a hit kept before; stop once ``limit`` are kept. Return the kept hits and, for each
+    dropped item, the kept one it collapsed into.
+
+    Hits after the ``limit``-th kept one are not looked at: they are not shown, so neither is
+    what they duplicate, and their vectors are never converted. Converting the vectors of all
+    40-80 candidates made ranking, threshold and collapse take 2.2-2.7 ms a search in the
+    server at 100,000 items; stopping at the limit, 0.8-0.9 ms."""
+    wanted = len(ranked) if limit is None else min(limit, len(ranked))
     kept: list[Ranked] = []
     owners: list[Ranked] = []
     into: dict[str, str] = {}
-    units = _units([hit.candidate.vector for hit in ranked])
-    # The kept hits' unit vectors, row by row, in one preallocated matrix: stacking a growing
-    # list for every hit cost more than the rest of the ranking (about 1 ms for 40 hits).
-    matrix = np.empty_like(units)
-    for hit, unit in zip(ranked, units, strict=True):
-        vector = unit if unit.any() else None
-        if vector is not None and owners:
-            similar = matrix[:len(owners)] @ vector
+    matrix: npt.NDArray[np.float32] | None = None  # the owners' unit vectors, row by row
+    for hit in ranked:
+        if len(kept) == wanted:
+            break
+        unit = _unit(hit.candidate.vector)
+        if unit is not None and matrix is not None and owners:
+            similar = matrix[:len(owners)] @ unit
             best = int(np.argmax(similar))
             if float(similar[best]) > recipe.duplicate_cosine:
                 into[hit.candidate.item_id] = owners[best].candidate.item_id
                 continue
         kept.append(hit)
-        if vector is not None:
-            matrix[len(owners)] = vector
+        if unit is not None:
+            if matrix is None:
+                matrix = np.empty((wanted, unit.size), np.float32)
+            matrix[len(owners)] = unit
             owners.append(hit)
     return kept, into
 
 
-def _units(vectors: Sequence[Sequence[float] | None]) -> "npt.NDArray[np.float32]":
-    """The vectors scaled to unit length, one row each, converted in one call; a missing or
-    zero vector is a row of zeros, which takes no part in collapsing (no columns at all when
-    every vector is missing)."""
-    present = [i for i, v in enumerate(vectors) if v is not None]
-    if not present:
-        return np.zeros((len(vectors), 0), np.float32)
-    rows = np.asarray([vectors[i] for i in present], dtype=np.float32)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
-    units = np.zeros((len(vectors), rows.shape[1]), np.float32)
-    units[present] = rows
-    return units
+def _unit(vector: Sequence[float] | None) -> "npt.NDArray[np.float32] | None":
+    """``vector`` scaled to unit length; ``None`` if missing or zero (such a hit takes no part
+    in collapsing)."""
+    if vector is None:
+        return None
+    row = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(row))
+    return row / norm if norm > 0 else None

@@ -58,8 +58,7 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
-        kept, into = collapse(ranked, recipe)
-        kept = kept[:layer.limit]
+        kept, into = collapse(ranked, recipe, layer.limit)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found

@@ -109,7 +109,7 @@ class SearchAnswer(Frozen):
     model: str
     results: list[SearchHit]
     collapsed: dict[str, str]
-    """Near-duplicates left out: item id → the item it duplicates."""
+    """Near-duplicates left out of ``results``: item id → the shown hit it duplicates."""
     retrieval_id: str | None = None
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
