@@ -171,6 +171,27 @@ async def test_user_messages_become_preferences_in_a_context_bundle_within_its_b
     assert len(answer["rendered"]) / 4 <= 120
 
 
+async def test_a_context_bundle_leaves_a_near_duplicate_of_a_memory_out_of_its_history(
+        running: Pipeline) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    thursdays = "We deploy to production on Thursdays"
+    for content in (thursdays, thursdays, "The staging database is refreshed on Mondays"):
+        last = await _write(running, "acme", AssertMemory(
+            space_id="main", kind="decision", content=content))
+    async with running.client("acme") as client:
+        async def bundle() -> dict[str, list[str]] | None:
+            answer = (await client.post("/v1/context", json={
+                "space_id": "main", "query": "we deploy to production", "budget_tokens": 400,
+                "min_position": last["position"]})).json()
+            sections = {s["name"]: [e["text"] for e in s["entries"]] for s in answer["sections"]}
+            # Until both copies are embedded, neither is a near-duplicate of the other.
+            return sections if len(sections["memories"]) == 1 else None
+        sections = await until(bundle)
+    assert sections is not None, "the two copies were never collapsed"
+    assert sections["memories"] == [f"- [decision] {thursdays}"]
+    assert sections["history"] == ["- [decision] The staging database is refreshed on Mondays"]
+
+
 async def test_enrichment_seen_again_records_nothing_twice(
         running: Pipeline, event_store: PostgresEventStore, nats_js: Nats, subjects: Subjects,
         embedder: Embedder) -> None:
