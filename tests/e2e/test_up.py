@@ -166,13 +166,16 @@ def _assert_kept(running: Running, written: dict[str, object], content: str) -> 
     """The write is still there, as of its own position, after a restart.
 
     The log may have grown meanwhile (the enricher embeds the item when it gets to it, before
-    or after the stop), so the check is the item as of the write, not the log's length.
+    or after the stop), so the check is the item as of the write, not the log's length. The
+    read waits up to 30 s for the projector, which has just started too: on a busy CI machine
+    it had not applied the first event within the default 2 s.
     """
     position = int(str(written["position"]))
     item = written["ids"]["item_id"]  # type: ignore[index]
     assert httpx.get(f"{running.url}/health").json()["position"] >= position
     kept = httpx.get(f"{running.url}/v1/spaces/demo/items/{item}",
-                     params={"as_of_position": position, "min_position": position}, timeout=10)
+                     params={"as_of_position": position, "min_position": position,
+                             "wait_ms": 30_000}, timeout=40)
     assert kept.status_code == 200, kept.text
     assert kept.json()["item"]["content"] == content
 
