@@ -263,9 +263,10 @@ def test_collapse_stops_at_the_limit_and_lists_only_what_it_dropped_before() -> 
                   candidate("copy of a", dense=0.8, vector=at_cosine(0.99)),
                   candidate("b", dense=0.7, vector=[0.0, 1.0, 0.0]),
                   candidate("copy of b", dense=0.6, vector=[0.0, 1.0, 0.01]))
-    assert [[r.candidate.item_id for r in kept] for kept, _ in
-            (collapse(hits, RECIPE, n) for n in (1, 2, None))] == [["a"], ["a", "b"], ["a", "b"]]
-    assert [into for _, into in (collapse(hits, RECIPE, n) for n in (1, 2, None))] == [
+    found = [collapse(hits, RECIPE, limit) for limit in (1, 2, None)]
+    assert [[r.candidate.item_id for r in kept] for kept, _ in found] == [
+        ["a"], ["a", "b"], ["a", "b"]]
+    assert [into for _, into in found] == [
         {}, {"copy of a": "a"}, {"copy of a": "a", "copy of b": "b"}]
 
 

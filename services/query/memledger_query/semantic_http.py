@@ -263,7 +263,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     reads = semantic.reader.run(_context_reads, tenant, body, at)
     query = body.query or reads["last_user_message"]
     memories: list[packing.Entry] = []
-    duplicates: set[str] = set()
+    collapsed: dict[str, str] = {}
     if query:
         # With a session: its own memory first, then the project's, then the ecosystem's.
         search = SearchRequest(query=query, spaces=[body.space_id], mode="planning",
@@ -273,12 +273,12 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
         answer = _search(semantic, tenant, search, at)
         memories = [packing.Entry(f"- [{h.kind}] {h.content}", h.item_id, h.score)
                     for h in answer.results if h.kind not in ("preference", "steering_rule")]
-        offered = {e.ref for e in memories}
-        duplicates = {item for item, into in answer.collapsed.items() if into in offered}
+        collapsed = answer.collapsed
     # A steering-rule candidate is offered once, as such, not again as recent history; nor is
     # a near-duplicate of a memory offered.
-    shown = ({e.ref for e in memories} | {e.ref for e in reads["preferences"] if e.flag}
-             | duplicates)
+    offered = {e.ref for e in memories}
+    shown = (offered | {e.ref for e in reads["preferences"] if e.flag}
+             | {item for item, into in collapsed.items() if into in offered})
     history = [e for e in reads["history"] if e.ref not in shown]
     sections = packing.pack({"session": reads["session"], "memories": memories,
                              "preferences": reads["preferences"], "history": history},
