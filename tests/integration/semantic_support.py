@@ -47,6 +47,7 @@ class Pipeline:
     index: QdrantEdgeVectorIndex
     app: Any
     ingest_app: Any
+    reader: Reader
 
     def client(self, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
         """A client of the query app as ``tenant`` (header) and/or with an API ``key``."""
@@ -115,7 +116,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                   batch=200, opener=Opener(keyring)).run(stop),
         enricher.run(stop), vectors.run(js, stop))]
     try:
-        yield Pipeline(writer, enricher, vectors, index, app, ingest_app)
+        yield Pipeline(writer, enricher, vectors, index, app, ingest_app, reader)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)

@@ -3,6 +3,7 @@ reaffirmation move a memory in search, as of the basis' position and no later, a
 ``explain``; corrections rated low are offered as steering-rule candidates in a context bundle.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ from memledger_enricher.embedding import Embedder, LocalMiniLmEmbedder
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_query.retrieval_views import search_gates
 from memledger_schemas.commands import (
     AssertMemory,
     CreateSpace,
     ReaffirmMemory,
     RecordFeedback,
+    SetSpacePolicy,
 )
 from memledger_schemas.subjects import Subjects
 from tests.integration.semantic_support import Pipeline, pipeline, write
@@ -68,6 +71,26 @@ async def embedded(client: httpx.AsyncClient, *item_ids: str) -> dict[str, Any]:
         assert set(item_ids) <= set(order(answer)), "not embedded yet"
         return answer
     return await eventually(found, timeout=60, interval=0.1)
+
+
+async def test_a_search_looks_feedback_up_only_for_a_tenant_that_has_some(
+        running: Pipeline) -> None:
+    """What a search asks first, in one round trip: whether a policy audits it and whether
+    its tenant has any feedback (if not, its candidates' feedback is not looked up)."""
+    for tenant in ("acme", "globex"):
+        await write(running, CreateSpace(space_id="main"), tenant=tenant)
+    item = (await write(running, AssertMemory(space_id="main", kind="fact", content=TUESDAY),
+                        tenant="globex"))["item_id"]
+    rated = await write(running, rating(item, 4), tenant="globex")
+    audited = await write(running, SetSpacePolicy(space_id="main", audit_retrievals=True))
+    await running.reader.wait_for(max(rated["position"], audited["position"]), 10_000)
+
+    def gates(tenant: str, *spaces: str) -> tuple[bool, bool]:
+        return running.reader.run(search_gates, tenant, spaces)
+
+    assert await asyncio.to_thread(gates, "acme") == (True, False)
+    assert await asyncio.to_thread(gates, "acme", "other") == (False, False)
+    assert await asyncio.to_thread(gates, "globex") == (False, True)
 
 
 def rating(item_id: str, stars: int) -> RecordFeedback:

@@ -3,6 +3,7 @@ near-duplicates, and the modes' defaults."""
 
 import itertools
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from memledger_query.ranking import (
     Ranked,
     Recipe,
     Signals,
+    VectorLookup,
     collapse,
     policy_version,
     rank,
@@ -29,10 +31,10 @@ RECIPE = Recipe()
 
 
 def candidate(item: str = "a", *, dense: float | None = None, keyword: float | None = None,
-              vector: list[float] | None = None, **payload: Any) -> Candidate:
+              **payload: Any) -> Candidate:
     """A fact stated just now, of middling importance and full confidence, unless told."""
     base = {"kind": "fact", "content_at": NOW, "importance": 0.5, "confidence": 1.0}
-    return Candidate(item, {**base, **payload}, dense=dense, keyword=keyword, vector=vector)
+    return Candidate(item, {**base, **payload}, dense=dense, keyword=keyword)
 
 
 # --- the formula ----------------------------------------------------------------------------
@@ -186,35 +188,51 @@ def ranked(*found: Candidate) -> list[Ranked]:
     return rank(list(found), RECIPE, NOW)
 
 
+def lookup(vectors: Mapping[str, list[float] | None], asked: list[list[str]] | None = None
+           ) -> VectorLookup:
+    """An index's vector lookup over ``vectors`` (by item; ``None``: not embedded), noting in
+    ``asked`` the items of each call."""
+    def find(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
+        if asked is not None:
+            asked.append([c.item_id for c in candidates])
+        return {c.item_id: v for c in candidates if (v := vectors.get(c.item_id)) is not None}
+    return find
+
+
 @pytest.mark.parametrize(("hits", "recipe", "kept", "into"), [
-    pytest.param([candidate("best", dense=0.9, vector=[2.0, 0.0, 0.0]),
-                  candidate("copy", dense=0.8, vector=at_cosine(0.99))],
+    pytest.param([(candidate("best", dense=0.9), [2.0, 0.0, 0.0]),
+                  (candidate("copy", dense=0.8), at_cosine(0.99))],
                  RECIPE, ["best"], {"copy": "best"},
                  id="a near-duplicate of a better hit collapses into it"),
-    pytest.param([candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
-                  candidate("close", dense=0.8, vector=at_cosine(0.94)),
-                  candidate("other", dense=0.7, vector=[0.0, 0.0, 1.0]),
-                  candidate("words", keyword=30.0)],
+    pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
+                  (candidate("close", dense=0.8), at_cosine(0.94)),
+                  (candidate("other", dense=0.7), [0.0, 0.0, 1.0]),
+                  (candidate("words", keyword=30.0), None)],
                  RECIPE, ["best", "close", "other", "words"], {},
                  id="distinct hits and hits without vectors are kept"),
-    pytest.param([candidate("best", dense=0.9, vector=[1.0, 0.0, 0.0]),
-                  candidate("close", dense=0.8, vector=at_cosine(0.94))],
+    pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
+                  (candidate("close", dense=0.8), at_cosine(0.94))],
                  Recipe(duplicate_cosine=0.9), ["best"], {"close": "best"},
                  id="the duplicate threshold is part of the recipe"),
-    pytest.param([candidate("x", dense=0.9, vector=[1.0, 0.0, 0.0]),
-                  candidate("y", dense=0.8, vector=[0.0, 1.0, 0.0]),
-                  candidate("near y", dense=0.7, vector=[0.01, 1.0, 0.0])],
+    pytest.param([(candidate("x", dense=0.9), [1.0, 0.0, 0.0]),
+                  (candidate("y", dense=0.8), [0.0, 1.0, 0.0]),
+                  (candidate("near y", dense=0.7), [0.01, 1.0, 0.0])],
                  RECIPE, ["x", "y"], {"near y": "y"},
                  id="a duplicate collapses into the hit it is closest to"),
-    pytest.param([candidate("zero", dense=0.9, vector=[0.0, 0.0, 0.0]),
-                  candidate("x", dense=0.8, vector=[1.0, 0.0, 0.0]),
-                  candidate("near x", dense=0.7, vector=[1.0, 0.01, 0.0])],
+    pytest.param([(candidate("zero", dense=0.9), [0.0, 0.0, 0.0]),
+                  (candidate("x", dense=0.8), [1.0, 0.0, 0.0]),
+                  (candidate("near x", dense=0.7), [1.0, 0.01, 0.0])],
                  RECIPE, ["zero", "x"], {"near x": "x"},
                  id="a zero vector is kept and collapses nothing"),
+    pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
+                  (candidate("words", keyword=30.0), at_cosine(0.99))],
+                 RECIPE, ["best"], {"words": "best"},
+                 id="a hit found by its words alone collapses like any other"),
 ])
-def test_collapse(hits: list[Candidate], recipe: Recipe, kept: list[str],
-                  into: dict[str, str]) -> None:
-    found, collapsed = collapse(ranked(*hits), recipe)
+def test_collapse(hits: list[tuple[Candidate, list[float] | None]], recipe: Recipe,
+                  kept: list[str], into: dict[str, str]) -> None:
+    found, collapsed = collapse(ranked(*(c for c, _ in hits)), recipe,
+                                vectors=lookup({c.item_id: v for c, v in hits}))
     assert [r.candidate.item_id for r in found] == kept
     assert collapsed == into
 
@@ -234,9 +252,9 @@ def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
     vector are always kept. Once ``limit`` hits are kept, the rest are neither kept nor
     collapsed. (No cosine of these vectors comes within 1e-3 of a threshold, and equally
     close owners are told apart by 1e-5 at most, so rounding cannot decide.)"""
-    hits = [Ranked(candidate(f"h{i}", dense=0.5, vector=v), 0.5, 0.5)
-            for i, v in enumerate(vectors)]
-    kept, into = collapse(hits, Recipe(duplicate_cosine=threshold), limit)
+    hits = [Ranked(candidate(f"h{i}", dense=0.5), 0.5, 0.5) for i in range(len(vectors))]
+    kept, into = collapse(hits, Recipe(duplicate_cosine=threshold), limit,
+                          vectors=lookup({f"h{i}": v for i, v in enumerate(vectors)}))
     units: dict[str, np.ndarray] = {}  # the kept hits that have a direction
     expected_kept: list[str] = []
     closest: dict[str, dict[str, float]] = {}
@@ -259,15 +277,32 @@ def test_collapse_is_greedy_in_rank_order(vectors: list[list[float] | None],
 
 
 def test_collapse_stops_at_the_limit_and_lists_only_what_it_dropped_before() -> None:
-    hits = ranked(candidate("a", dense=0.9, vector=[1.0, 0.0, 0.0]),
-                  candidate("copy of a", dense=0.8, vector=at_cosine(0.99)),
-                  candidate("b", dense=0.7, vector=[0.0, 1.0, 0.0]),
-                  candidate("copy of b", dense=0.6, vector=[0.0, 1.0, 0.01]))
-    found = [collapse(hits, RECIPE, limit) for limit in (1, 2, None)]
+    vectors = {"a": [1.0, 0.0, 0.0], "copy of a": at_cosine(0.99), "b": [0.0, 1.0, 0.0],
+               "copy of b": [0.0, 1.0, 0.01]}
+    hits = ranked(*(candidate(item, dense=d) for item, d in zip(vectors, (0.9, 0.8, 0.7, 0.6),
+                                                                  strict=True)))
+    found = [collapse(hits, RECIPE, limit, vectors=lookup(vectors)) for limit in (1, 2, None)]
     assert [[r.candidate.item_id for r in kept] for kept, _ in found] == [
         ["a"], ["a", "b"], ["a", "b"]]
     assert [into for _, into in found] == [
         {}, {"copy of a": "a"}, {"copy of a": "a", "copy of b": "b"}]
+
+
+def test_collapse_looks_up_the_vectors_of_a_few_more_hits_than_it_still_wants() -> None:
+    """Each hit's vector is asked for once, in rank order, in as few lookups as the
+    duplicates allow: the hits still wanted plus two (``SPARE_VECTORS``)."""
+    vectors: dict[str, list[float] | None] = {
+        "a": [1.0, 0.0, 0.0], "a2": [1.0, 0.01, 0.0], "a3": [1.0, 0.0, 0.01],
+        "b": [0.0, 1.0, 0.0], "b2": [0.01, 1.0, 0.0], "c": [0.0, 0.0, 1.0], "d": None}
+    hits = [Ranked(candidate(item, dense=0.5), 0.5, 0.5) for item in vectors]
+    asked: list[list[str]] = []
+    kept, _ = collapse(hits, RECIPE, 2, vectors=lookup(vectors, asked))
+    assert [r.candidate.item_id for r in kept] == ["a", "b"]
+    assert asked == [["a", "a2", "a3", "b"]]
+    asked.clear()
+    kept, _ = collapse(hits, RECIPE, 3, vectors=lookup(vectors, asked))
+    assert [r.candidate.item_id for r in kept] == ["a", "b", "c"]
+    assert asked == [["a", "a2", "a3", "b", "b2"], ["c", "d"]]
 
 
 # --- modes ----------------------------------------------------------------------------------

@@ -130,8 +130,16 @@ def test_a_near_duplicate_collapses_into_the_better_hit_and_is_reported() -> Non
 def test_an_item_not_yet_embedded_is_still_found_by_its_keywords() -> None:
     [layer] = find(index_of(point(1, TEA, embedded=False)), threshold=0.0)
     [hit] = layer.hits
-    assert (hit.candidate.dense, hit.candidate.vector) == (None, None)
+    assert hit.candidate.dense is None
     assert hit.candidate.keyword is not None
+
+
+def test_a_near_duplicate_found_by_its_keywords_alone_collapses_too() -> None:
+    # the query's embedding is not asked for, yet the hits' own vectors are compared
+    [layer] = find(index_of(point(1, TEA, importance=1.0), point(2, TEA)), dense=False,
+                   threshold=0.0)
+    assert items([layer]) == [["item-1"]]
+    assert layer.collapsed == {"item-2": "item-1"}
 
 
 def test_the_signals_of_every_layers_candidates_are_looked_up_once_and_reorder_hits() -> None:

@@ -102,13 +102,15 @@ class VectorIndexContract:
         assert [h.payload["item_id"] for h in hits] == ["1", "2"]
         assert hits[0].score >= hits[1].score
 
-    def test_a_dense_hit_carries_its_stored_vector_and_a_keyword_hit_none(
+    def test_vectors_are_the_stored_unit_vectors_of_the_points_asked_that_have_one(
             self, index: VectorIndex) -> None:
-        index.upsert([point("1", [3.0, 4.0, 0.0], {RARE: 1.0})])
-        [dense] = index.search(X, now(), 1)
-        [keyword] = index.search_sparse(terms({RARE: 1.0}), now(), 1)
-        assert dense.vector == pytest.approx([0.6, 0.8, 0.0])
-        assert keyword.vector is None
+        index.upsert([point("1", [3.0, 4.0, 0.0], {RARE: 1.0}), point("2", None, {RARE: 1.0}),
+                      point("3", Y)])
+        hits = index.search_sparse(terms({RARE: 1.0}), now(), 2)  # points 1 and 2, as found
+        found = index.vectors([h.point_id for h in hits] + [uuid_of("4")])
+        assert found.keys() == {uuid_of("1")}  # no dense vector, no such point: left out
+        assert found[uuid_of("1")] == pytest.approx([0.6, 0.8, 0.0])
+        assert index.vectors([]) == {}
 
     def test_another_tenant_never_sees_a_point_in_either_search(self, index: VectorIndex) -> None:
         index.upsert([point("1", X, {RARE: 1.0}),

@@ -26,7 +26,7 @@ each further signal of the same kind.
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -115,8 +115,9 @@ class Candidate:
     payload: dict[str, Any]
     dense: float | None = None
     keyword: float | None = None
-    vector: Sequence[float] | None = None
     layer: str = "space"
+    point_id: str | None = None
+    """The index point found (the item's version at the search's (valid, system) point)."""
 
 
 class Factors(NamedTuple):
@@ -198,25 +199,39 @@ def _explain_signals(signals: Signals) -> dict[str, float]:
             "rating_mean": round(signals.rating_sum / signals.rated, 6) if signals.rated else 0}
 
 
-def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None
-             ) -> tuple[list[Ranked], dict[str, str]]:
+VectorLookup = Callable[[Sequence[Candidate]], Mapping[str, Sequence[float]]]
+"""The dense vectors of those of the candidates that have one, by item id (from the index)."""
+
+SPARE_VECTORS = 2
+"""Vectors looked up beyond the hits still wanted: one lookup then also covers a hit or two
+that turn out to be near-duplicates."""
+
+
+def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None, *,
+             vectors: VectorLookup) -> tuple[list[Ranked], dict[str, str]]:
     """Keep hits in rank order, dropping near-duplicates (cosine above ``duplicate_cosine``)
     of a hit kept before; stop once ``limit`` are kept. Return the kept hits and, for each
     dropped item, the kept one it collapsed into.
 
     Hits after the ``limit``-th kept one are not looked at: they are not shown, so neither is
-    what they duplicate, and their vectors are never converted. Converting the vectors of all
-    40-80 candidates made ranking, threshold and collapse take 2.2-2.7 ms a search in the
-    server at 100,000 items; stopping at the limit, 0.8-0.9 ms."""
+    what they duplicate, and their vectors are never fetched. The vectors are looked up as
+    the walk reaches hits without one, a few more each time than the hits still wanted
+    (usually once a layer): fetching the vectors of all 40-80 candidates with the search and
+    converting them cost 1-2 ms a search at 100,000 items."""
     wanted = len(ranked) if limit is None else min(limit, len(ranked))
     kept: list[Ranked] = []
     owners: list[Ranked] = []
     into: dict[str, str] = {}
+    known: dict[str, Sequence[float]] = {}
+    asked = 0  # the hits ranked[:asked] have been looked up
     matrix: npt.NDArray[np.float32] | None = None  # the owners' unit vectors, row by row
-    for hit in ranked:
+    for at, hit in enumerate(ranked):
         if len(kept) == wanted:
             break
-        unit = _unit(hit.candidate.vector)
+        if at >= asked:
+            asked = at + wanted - len(kept) + SPARE_VECTORS
+            known.update(vectors([r.candidate for r in ranked[at:asked]]))
+        unit = _unit(known.get(hit.candidate.item_id))
         if unit is not None and matrix is not None and owners:
             similar = matrix[:len(owners)] @ unit
             best = int(np.argmax(similar))

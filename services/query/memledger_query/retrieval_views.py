@@ -34,12 +34,28 @@ def retrieval(conn: Connection[Any], s: str, tenant: str, retrieval_id: str
         policy_version=p["policy_version"])
 
 
+_AUDITED = sql.SQL(
+    "EXISTS (SELECT 1 FROM {s}.spaces WHERE tenant_id = %(tenant)s AND "
+    "(cardinality(%(spaces)s::text[]) = 0 OR space_id = ANY(%(spaces)s::text[])) AND "
+    "policy->>'audit_retrievals' = 'true')")
+
+
 def audited_by_policy(conn: Connection[Any], s: str, tenant: str, spaces: Sequence[str]
                       ) -> bool:
     """Whether the policy of any of ``spaces`` (none: any space of the tenant) sets
     ``audit_retrievals`` (read defensively: a policy without the field does not audit)."""
-    row = conn.execute(sql.SQL(
-        "SELECT EXISTS (SELECT 1 FROM {}.spaces WHERE tenant_id = %s AND (cardinality(%s::text[]) "
-        "= 0 OR space_id = ANY(%s::text[])) AND policy->>'audit_retrievals' = 'true')").format(
-        sql.Identifier(s)), (tenant, list(spaces), list(spaces))).fetchone()
+    row = conn.execute(sql.SQL("SELECT {}").format(_AUDITED.format(s=sql.Identifier(s))),
+                       {"tenant": tenant, "spaces": list(spaces)}).fetchone()
     return bool(row and row[0])
+
+
+def search_gates(conn: Connection[Any], s: str, tenant: str, spaces: Sequence[str]
+                 ) -> tuple[bool, bool]:
+    """``audited_by_policy``, and whether ``tenant`` has any feedback (signals) at all: what
+    a search must know before it runs, in one round trip. A tenant without feedback has
+    nothing to look up for its candidates, which saves a search its second round trip."""
+    row = conn.execute(sql.SQL(
+        "SELECT {audited}, EXISTS (SELECT 1 FROM {s}.signals WHERE tenant_id = %(tenant)s)"
+    ).format(audited=_AUDITED.format(s=sql.Identifier(s)), s=sql.Identifier(s)),
+        {"tenant": tenant, "spaces": list(spaces)}).fetchone()
+    return (bool(row[0]), bool(row[1])) if row else (False, False)

@@ -19,7 +19,7 @@ from memledger_query.http import Problem
 from memledger_query.reader import Reader
 from memledger_query.recorder import Recorder, RecordingFailed
 from memledger_query.retrieval_dto import Difference, RetrievalRecord, Shown
-from memledger_query.retrieval_views import audited_by_policy
+from memledger_query.retrieval_views import audited_by_policy, search_gates
 from memledger_query.semantic_dto import (
     ContextAnswer,
     ContextRequest,
@@ -46,6 +46,14 @@ async def wanted(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]
 def wanted_now(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]) -> bool:
     """``wanted``, from a worker thread."""
     return asked or reader.run(audited_by_policy, tenant, spaces)
+
+
+def search_gates_now(reader: Reader, tenant: str, asked: bool, spaces: Sequence[str]
+                     ) -> tuple[bool, bool]:
+    """``wanted_now`` for a search, and whether the tenant has any feedback to rank by (one
+    round trip: ``search_gates``)."""
+    audited, signalled = reader.run(search_gates, tenant, spaces)
+    return asked or audited, signalled
 
 
 def pinned(body: T, at: Basis) -> T:

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
-from memledger_query.ranking import Candidate, Ranked, Recipe, Signals, collapse, rank
+from memledger_query.ranking import (
+    Candidate,
+    Ranked,
+    Recipe,
+    Signals,
+    VectorLookup,
+    collapse,
+    rank,
+)
 
 OVERFETCH = 4
 """Candidates fetched per result wanted, from each of dense and keyword search: ranking
@@ -58,7 +66,7 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
-        kept, into = collapse(ranked, recipe, layer.limit)
+        kept, into = collapse(ranked, recipe, layer.limit, vectors=_vectors_of(index))
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found
@@ -85,16 +93,23 @@ def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candid
     merged: dict[str, Candidate] = {}
     for hit in dense:
         item = str(hit.payload["item_id"])
-        merged[item] = Candidate(item, hit.payload, dense=hit.score, vector=hit.vector,
-                                 layer=layer)
+        merged[item] = Candidate(item, hit.payload, dense=hit.score, layer=layer,
+                                 point_id=hit.point_id)
     for hit in keyword:
         item = str(hit.payload["item_id"])
         known = merged.get(item)
-        merged[item] = (Candidate(item, hit.payload, keyword=hit.score, layer=layer)
-                        if known is None else Candidate(
-                            item, known.payload, dense=known.dense, keyword=hit.score,
-                            vector=known.vector, layer=layer))
+        merged[item] = Candidate(item, hit.payload, dense=None if known is None else known.dense,
+                                 keyword=hit.score, layer=layer, point_id=hit.point_id)
     return list(merged.values())
+
+
+def _vectors_of(index: VectorIndex) -> VectorLookup:
+    """The candidates' vectors from their points (a keyword hit's too: an embedded item found
+    by its words alone is collapsed like any other)."""
+    def lookup(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
+        items = {c.point_id: c.item_id for c in candidates if c.point_id is not None}
+        return {items[point]: vector for point, vector in index.vectors(list(items)).items()}
+    return lookup
 
 
 def _about(candidate: Candidate, subject: str | None) -> bool:

@@ -193,15 +193,19 @@ def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at:
                        ) -> tuple[bool, SearchRequest, SearchAnswer]:
     """Whether the search is audited, the request it runs (pinned to its basis if so) and its
     answer: one trip to a worker thread for the policy lookup and the search."""
-    audit = retrievals.wanted_now(semantic.reader, tenant, body.audit, body.spaces)
+    audit, signalled = retrievals.search_gates_now(semantic.reader, tenant, body.audit,
+                                                   body.spaces)
     body = retrievals.pinned(body, at) if audit else body
-    return audit, body, _search(semantic, tenant, body, at, granted, vector.result)
+    return audit, body, _search(semantic, tenant, body, at, granted, vector.result,
+                                signalled=signalled)
 
 
 def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-            granted: Sequence[str] = (), vector: QueryVector = None) -> SearchAnswer:
+            granted: Sequence[str] = (), vector: QueryVector = None, *,
+            signalled: bool = True) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
-    the ecosystem layer. ``vector``: the query's embedding, if computed already."""
+    the ecosystem layer. ``vector``: the query's embedding, if computed already.
+    ``signalled``: whether the tenant has any feedback (if not, none is looked up)."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
@@ -211,7 +215,8 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
-                            subject=body.subject, signals=_signals(semantic, tenant, at, recipe))
+                            subject=body.subject,
+                            signals=_signals(semantic, tenant, at, recipe) if signalled else None)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,

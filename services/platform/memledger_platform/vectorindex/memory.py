@@ -31,7 +31,7 @@ class InMemoryVectorIndex(VectorIndex):
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         query = _unit(vector)
-        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), dict(p.payload), p.vector)
+        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), dict(p.payload))
                   for p in self._points.values()
                   if p.vector is not None and in_scope(p.payload, scope)]
         return _best(scored, k)
@@ -42,6 +42,10 @@ class InMemoryVectorIndex(VectorIndex):
                   for p in self._points.values()
                   if p.sparse is not None and in_scope(p.payload, scope)]
         return _best([h for h in scored if h.score > 0], k)
+
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        found = (self._points.get(point_id) for point_id in point_ids)
+        return {p.point_id: list(p.vector) for p in found if p is not None and p.vector is not None}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         return sorted((p for p in self._points.values()

@@ -88,9 +88,6 @@ class Hit:
     point_id: str
     score: float
     payload: dict[str, Any] = field(default_factory=dict)
-    vector: Sequence[float] | None = None
-    """The point's dense vector as stored (unit-length) on a dense hit, for ranking that
-    compares hits with each other; ``None`` on a keyword hit."""
 
 
 class VectorIndex(ABC):
@@ -113,6 +110,13 @@ class VectorIndex(ABC):
         sum over the terms it shares with ``query`` of query weight * its weight * ``idf``
         (statistics over every point in the index that has a sparse vector, as Qdrant's IDF
         modifier computes them). Points sharing no term are never hits; scores are > 0."""
+
+    @abstractmethod
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The dense vectors as stored (unit-length) of those of ``point_ids`` that have one,
+        by point id; unknown ids are left out. Hits come without them: ranking compares only
+        the few hits it shows, and converting the vectors of every hit cost a search about
+        1 ms at 40 hits (ADR 0006)."""
 
     @abstractmethod
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:

@@ -66,17 +66,23 @@ class QdrantEdgeVectorIndex(VectorIndex):
                 self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, [DENSE])
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {}), _dense(p.vector))
-                for p in found]
+        found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k)
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
         if not query.indices:
             return []
         named = qe.SparseVector(list(query.indices), list(query.values))
-        found = self._query(qe.Query.Nearest(named, using=KEYWORDS), scope, k, False)
+        found = self._query(qe.Query.Nearest(named, using=KEYWORDS), scope, k)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
                 for p in found if p.score > 0]
+
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        if not point_ids:
+            return {}
+        with self._lock:
+            found = self._shard.retrieve(list(point_ids), False, [DENSE])
+        return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         where = _filter(item_conditions(tenant, item_id))
@@ -133,10 +139,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
             strict.close()
             self._shard = qe.EdgeShard.load(self._path, _config(self._dims))
 
-    def _query(self, query: qe.Query, scope: Scope, k: int,
-               with_vector: bool | list[str]) -> list[qe.ScoredPoint]:
+    def _query(self, query: qe.Query, scope: Scope, k: int) -> list[qe.ScoredPoint]:
         request = qe.QueryRequest(limit=k, query=query, filter=_filter(conditions(scope)),
-                                  with_payload=True, with_vector=with_vector)
+                                  with_payload=True, with_vector=False)
         with self._lock:
             return self._shard.query(request)
 
@@ -198,7 +203,7 @@ def _point(record: qe.Record) -> IndexedPoint:
 
 def _dense(vectors: Any) -> list[float] | None:
     found = _named(vectors).get(DENSE)
-    return list(found) if found is not None else None  # floats already (40 hits a search)
+    return list(found) if found is not None else None
 
 
 def _named(vectors: Any) -> dict[str, Any]:

@@ -61,8 +61,7 @@ class QdrantServerVectorIndex(VectorIndex):
 
     def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
         found = self._query(list(vector), DENSE, scope, k)
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {}), _dense(p.vector))
-                for p in found]
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
         if not query.indices:
@@ -70,6 +69,13 @@ class QdrantServerVectorIndex(VectorIndex):
         named = models.SparseVector(indices=list(query.indices), values=list(query.values))
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
                 for p in self._query(named, KEYWORDS, scope, k) if p.score > 0]
+
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        if not point_ids:
+            return {}
+        found = self._client.retrieve(self._collection, list(point_ids), with_payload=False,
+                                      with_vectors=[DENSE])
+        return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         where = _filter(item_conditions(tenant, item_id))
@@ -94,11 +100,10 @@ class QdrantServerVectorIndex(VectorIndex):
         self._client.close()
 
     def _query(self, query: Any, using: str, scope: Scope, k: int) -> list[models.ScoredPoint]:
-        # Only a dense hit carries its vector (see Hit.vector): keyword hits skip the transfer.
         return self._client.query_points(
             self._collection, query=query, using=using, limit=k,
             query_filter=_filter(conditions(scope)), with_payload=True,
-            with_vectors=[DENSE] if using == DENSE else False).points
+            with_vectors=False).points
 
     def _without_sys_until(self, offset: Any) -> tuple[list[IndexedPoint], Any]:
         found, offset = self._scroll(models.Filter(must=[models.IsEmptyCondition(
