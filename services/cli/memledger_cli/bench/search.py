@@ -21,10 +21,11 @@ each request as a client's would be. Recall: the top 10 of Edge's HNSW asked for
 (``ann_recall_at_10``) and of the API with dense-only weights, which fetches 40 candidates and
 ranks them (``search_recall_at_10``), against the exact top 10 by brute force (every point is
 inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (40 hits with
-payload and vector) on the raw index; ``search_raw`` times the other parts of a search too.
-``search_server_cpu_ms`` is the CPU of every server process per search, steadier than wall
-time on a shared machine. The default 100k run takes several minutes (loading, then an HNSW
-build in the server and another in the raw index).
+their payload, without vectors: collapse looks up the few it needs) on the raw index;
+``search_raw`` times the other parts of a search too. ``search_server_cpu_ms`` is the CPU of
+every server process per search, steadier than wall time on a shared machine. The default 100k
+run takes several minutes (loading, then an HNSW build in the server and another in the raw
+index).
 """
 
 import argparse
