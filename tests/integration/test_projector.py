@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, LiteralString
 from uuid import UUID, uuid4
@@ -490,3 +492,19 @@ async def _redeliver_promptly(js: JetStreamContext, subjects: Subjects) -> None:
     config = (await js.consumer_info(subjects.events_stream, DURABLE)).config
     config.ack_wait = 1.0
     await js.add_consumer(subjects.events_stream, config)
+
+
+def test_services_starting_together_prepare_the_projection_once_without_a_clash(
+        engines: Endpoints, pg_schema: str) -> None:
+    """The query service and the projector prepare the same schema as they start; at once,
+    their CREATE ... IF NOT EXISTS statements clashed on the catalogue."""
+    names = schema.Names(pg_schema)
+    start = threading.Barrier(6)
+
+    def prepare(_: int) -> int:
+        with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
+            start.wait()
+            return schema.prepare(conn, names)
+
+    with ThreadPoolExecutor(6) as pool:
+        assert list(pool.map(prepare, range(6))) == [1] * 6

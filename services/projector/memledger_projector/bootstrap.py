@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from memledger_platform import bus, receipts, telemetry
+from memledger_platform import bus, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
@@ -54,5 +54,4 @@ async def run(settings: Settings) -> None:
 
 def _prepare(dsn: str, names: schema.Names) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        receipts.ensure(conn, names.base)
-        return schema.ensure_pointer(conn, names)
+        return schema.prepare(conn, names)

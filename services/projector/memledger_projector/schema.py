@@ -8,6 +8,9 @@ from typing import Any, Literal
 
 from psycopg import Connection, sql
 
+from memledger_platform import receipts
+from memledger_platform.pg_locks import creating, exclusively
+
 POINTER_TABLE = "memledger_projection"
 PROJECTION = "postgres"
 
@@ -165,6 +168,14 @@ def add_indexes(conn: Connection[Any], name: str, tables: Collection[str] = INDE
         conn.execute(sql.SQL(_INDEXES[table]).format(s=sql.Identifier(name)))
     if "item_versions" in tables:
         conn.execute(sql.SQL(_NO_OVERLAP).format(s=sql.Identifier(name), name=sql.Literal(name)))
+
+
+def prepare(conn: Connection[Any], names: Names) -> int:
+    """``ensure_pointer`` and the erasure receipts table, created by one process at a time
+    (the query service and the projector start together: ``pg_locks.exclusively``)."""
+    with exclusively(conn, creating(names.base)):
+        receipts.ensure(conn, names.base)
+        return ensure_pointer(conn, names)
 
 
 def ensure_pointer(conn: Connection[Any], names: Names) -> int:

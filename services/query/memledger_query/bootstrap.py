@@ -90,8 +90,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     """The query app over ``dsn`` (its pool opens here; ``close`` it)."""
     names = schema.Names(settings.postgres_schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        schema.ensure_pointer(conn, names)
-        receipts.ensure(conn, names.base)
+        schema.prepare(conn, names)
     pool: ConnectionPool[psycopg.Connection[object]] = ConnectionPool(
         dsn, min_size=2, max_size=settings.postgres_pool_size, open=True,
         kwargs={"autocommit": True})  # connections broken by a restart: ``Reader.run``

@@ -31,6 +31,7 @@ from memledger_platform.eventstore.port import (
     RecordedEvent,
     StreamConflict,
 )
+from memledger_platform.pg_locks import creating, exclusively
 from memledger_schemas.envelope import EventEnvelope
 
 EVENTS_TABLE = "memledger_events"
@@ -124,18 +125,12 @@ class PostgresEventStore(EventStore):
 
     def create_tables(self) -> None:
         """Create the schema objects if missing (safe to call on every start, from several
-        processes at once: ``memledger up`` and its relay start together, and PostgreSQL's
-        IF NOT EXISTS does not serialise concurrent creations, which then fail on catalogue
-        uniqueness or deadlock; an advisory lock lets one process create at a time)."""
-        with self._datastore.get_connection() as lock:
-            key = f"memledger create {self._datastore.schema}"
-            lock.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
-            try:
-                with self._datastore.transaction(commit=True) as curs:
-                    curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(self._table[0]))
-                self._recorder.create_table()
-            finally:
-                lock.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+        processes at once: ``pg_locks.exclusively``)."""
+        with self._datastore.get_connection() as conn, exclusively(
+                conn, creating(self._datastore.schema)):
+            with self._datastore.transaction(commit=True) as curs:
+                curs.execute(SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(self._table[0]))
+            self._recorder.create_table()
 
     def close(self) -> None:
         self._datastore.close()
