@@ -63,10 +63,11 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     known = signals(wanted) if signals is not None and wanted else {}
     seen: set[str] = set()
     found = []
+    vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
-        kept, into = collapse(ranked, recipe, layer.limit, vectors=_vectors_of(index))
+        kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found

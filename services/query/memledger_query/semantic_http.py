@@ -216,16 +216,18 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
-                            signals=_signals(semantic, tenant, at, recipe) if signalled else None)
+                            signals=_signals(semantic, tenant, at, recipe, signalled))
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
 
 
-def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe) -> SignalLookup | None:
-    """The candidates' feedback as of the basis (not looked up when utility does not count)."""
-    if recipe.utility_weight <= 0:
+def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signalled: bool
+             ) -> SignalLookup | None:
+    """The candidates' feedback as of the basis (not looked up when utility does not count,
+    nor for a tenant without any feedback)."""
+    if recipe.utility_weight <= 0 or not signalled:
         return None
     return lambda ids: semantic.reader.run(signal_views.signals, tenant, ids, at.position)
 
