@@ -5,9 +5,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 
-from memledger_projector.projection import Projection, event_from
+from memledger_projector.projection import Projection, event_from, event_of
 from memledger_projector.temporal import Version, as_of
 
 TENANT, SPACE, ACTOR = "acme", "notes", "tester"
@@ -208,6 +209,22 @@ def test_an_event_without_a_handler_still_gets_a_change_row_without_its_vector()
     assert projection.changes[-1]["subject"] == ALICE
     assert "vector" not in projection.changes[-1]["payload"]
     assert projection.position == 4
+
+
+def test_a_stored_embedding_is_parsed_without_its_vector_which_is_never_opened() -> None:
+    stored = {k: v for k, v in later(4, "memory.embedded", {
+        "item_version": 3, "model": "m", "vector": "ml-enc:v1:key-1:AAAA"}).items()
+        if k not in ("global_position", "recorded_at")}  # the commit fields come apart
+    opened: list[dict[str, Any]] = []
+
+    def opener(parsed: dict[str, Any]) -> dict[str, Any]:
+        opened.append(dict(parsed["payload"]))
+        return parsed
+
+    event = event_of(4, at(2025, 4), orjson.dumps(stored), opener)
+
+    assert opened == [{"item_id": ALICE, "item_version": 3, "model": "m"}]
+    assert event.payload == opened[0]
 
 
 def test_feedback_and_reaffirmation_become_one_signal_row_each_without_the_comment() -> None:

