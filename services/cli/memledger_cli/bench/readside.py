@@ -20,7 +20,7 @@ from psycopg import sql
 from memledger_cli.bench import searchable
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
-from memledger_cli.bench.settle import pause_enricher
+from memledger_cli.bench.settle import pause_enricher, wait_quiet
 from memledger_cli.progress import Bar
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.opened import OpenedEventStore
@@ -240,7 +240,7 @@ def _rebuild_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
-    with Steps(total=3) as steps, private_server() as server:
+    with Steps(total=4) as steps, private_server() as server:
         async with aiohttp.ClientSession(server.url) as http:
             await post(http, "/v1/spaces", {"space_id": SPACE})
             commands, _ = _history_commands(args.events)  # (a space.created precedes them)
@@ -252,8 +252,14 @@ async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
             await _projected(http, max(r["position"] for r in results))
             # The enricher would append events during the rebuild: paused, as for search.
             await pause_enricher(server.nats_url)
+        # Then the server's own digestion of the load (the vector index building its graph
+        # over the embeddings, vacuum) finishes first: it is not the rebuild's work.
+        steps.step("waiting for the server to go quiet")
+        quiet_s = await wait_quiet()
         steps.step("rebuilding, and reading the same events raw")
-        return await asyncio.to_thread(_time_rebuild, server.postgres_dsn, Path(server.home))
+        result = await asyncio.to_thread(_time_rebuild, server.postgres_dsn, Path(server.home))
+        return {**result, "settled_s_before_rebuild": round(quiet_s, 1),
+                "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
 def _time_rebuild(dsn: str, home: Path) -> dict[str, Any]:
@@ -280,7 +286,7 @@ def _time_rebuild(dsn: str, home: Path) -> dict[str, Any]:
     return {"scenario": "rebuild", "events": done.events,
             "events_per_s": round(done.events / elapsed, 1),
             "raw_postgres_read_per_s": round(raw, 1), "seconds": round(elapsed, 2),
-            "rebuilt_equals_live": equal, "cpus": os.cpu_count()}
+            "processes": done.processes, "rebuilt_equals_live": equal, "cpus": os.cpu_count()}
 
 
 def _same_model(conn: psycopg.Connection[Any], new: int, old: int) -> bool | None:
