@@ -387,7 +387,7 @@ def event_of(position: int, recorded_at: datetime, data: bytes,
 def unread_dropped(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` without what these read models never read: an embedding's vector (the
     vector projection's), neither folded nor kept in the change log. Dropped before the
-    document is opened: opening the sealed vectors was a third of opening a rebuild's log."""
+    document is opened: opening the sealed vectors was almost half of opening a rebuild's log."""
     payload = document.get("payload")
     if isinstance(payload, dict):
         payload.pop("vector", None)
