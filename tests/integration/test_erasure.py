@@ -192,7 +192,7 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
     assert any(BOB in h for h in _pg_hits(engines.postgres_dsn, (BOB,)))
 
     # A full rebuild after the erasure works, shows the placeholder, equals the live model;
-    # so does one whose fold worker opens its share with the keys it is sent.
+    # so does one whose fold worker opens its share with the keys it asks for.
     names = schema.Names(pg_schema)
     with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
         live = rebuild.model_hash(conn, names.schema(schema.live_version(conn, names)))

@@ -2,12 +2,18 @@
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from uuid import UUID
 
 import pytest
 
 from memledger_ingest.bootstrap import Endpoints
-from memledger_platform.eventstore import EventStore
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore.postgres import (
+    PostgresEventStore,
+    StreamShare,
+    datastore_from_dsn,
+)
+from tests.integration.events_support import envelope, read_everything
 
 pytest.register_assert_rewrite("tests.integration.eventstore_contract")
 from tests.integration.eventstore_contract import EventStoreContract  # noqa: E402
@@ -38,3 +44,52 @@ def test_processes_starting_together_create_the_tables_once_without_deadlock(
     finally:
         for store in stores:
             store.close()
+
+
+def test_two_shares_of_the_log_read_by_the_server_hold_every_event_once_by_stream(
+        event_store: PostgresEventStore) -> None:
+    """A parallel rebuild's two processes each read their share from the server: the shares
+    split the log by stream (its last byte) and event type, as ``StreamShare.holds`` says."""
+    streams = [UUID(int=n * 0x1_0000_0000_0000_0001) for n in range(1, 40)]
+    for n, stream in enumerate(streams):
+        event_type = ("memory.asserted", "memory_asserted", "memoryXasserted",
+                      "session.started")[n % 4]
+        event_store.append([envelope(stream, 1, event_type=event_type),
+                            envelope(stream, 2, event_type=event_type)])
+    share = StreamShare("memory.", 5, 2)
+    until = event_store.max_position() - 2  # the last stream's two events are left out
+
+    theirs = _pages(event_store, until, share)
+    mine = _pages(event_store, until, share.other())
+
+    everything = [e for e in read_everything(event_store) if e.position <= until]
+    assert sorted(theirs + mine, key=lambda e: e.position) == everything
+    assert theirs
+    assert all(share.holds(e.stream_id, e.event_type) for e in theirs)
+    assert all(e.event_type == "memory.asserted" for e in theirs)
+    # a prefix is matched as it is written ("_" is not LIKE's any-character)
+    literal = _pages(event_store, until, StreamShare("memory_", 1, 1))
+    assert literal
+    assert {e.event_type for e in literal} == {"memory_asserted"}
+    assert not any(share.holds(e.stream_id, e.event_type) for e in mine)
+    assert {e.stream_id for e in theirs}.isdisjoint({e.stream_id for e in mine})
+
+
+def _pages(event_store: PostgresEventStore, until: int, share: StreamShare
+           ) -> list[RecordedEvent]:
+    """The share, read in pages of 3 (more than one page, and a short last one)."""
+    found: list[RecordedEvent] = []
+    while page := event_store.read_share(found[-1].position if found else 0, until, 3, share):
+        assert len(page) <= 3
+        found.extend(page)
+    return found
+
+
+def test_a_store_opened_at_its_address_reads_the_same_log(
+        event_store: PostgresEventStore) -> None:
+    event_store.append([envelope(UUID(int=7), 1)])
+    elsewhere = PostgresEventStore.at(event_store.address())
+    try:
+        assert elsewhere.read_all(0, 10) == event_store.read_all(0, 10)
+    finally:
+        elsewhere.close()

@@ -207,7 +207,7 @@ async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_a
     assert schema.live_version(conn, names) == 1
 
 
-async def test_the_fold_worker_opens_its_sealed_items_with_the_keys_it_is_sent(
+async def test_the_fold_worker_opens_its_sealed_items_with_the_keys_it_asks_for(
         conn: psycopg.Connection[Any], event_store: PostgresEventStore,
         live: schema.Names) -> None:
     names = live
@@ -233,6 +233,40 @@ async def test_the_fold_worker_opens_its_sealed_items_with_the_keys_it_is_sent(
     assert f"by {kept.key_id}" in contents
     assert f"by {erased.key_id}" not in contents
     assert not [c for c in contents if is_sealed(c)]
+
+
+class _Unreachable(MemoryKeyring):
+    """A keyring whose store fails for one key."""
+
+    def __init__(self, failing: str) -> None:
+        super().__init__()
+        self.failing = failing
+
+    def key(self, key_id: str) -> bytes | None:
+        if key_id == self.failing:
+            raise RuntimeError("keyring unreachable")
+        return super().key(key_id)
+
+
+async def test_a_key_the_fold_worker_cannot_get_stops_the_rebuild_and_says_why(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names) -> None:
+    names = live
+    keyring = _Unreachable("")
+    key = keyring.for_writing("t", "someone", "s")
+    keyring.failing = key.key_id
+    envelope = _memory("memory.asserted", _stream(to_worker=True), {
+        "item_id": str(uuid7()), "kind": "fact", "content": "sealed"})
+    event_store.append([envelope.model_copy(update={"payload": seal_payload(
+        envelope.payload, envelope.event_type, str(envelope.event_id), key)})])
+
+    # as when the rebuild itself cannot open an event: it stops at that event's batch
+    with pytest.raises(rebuild.RebuildStopped,
+                       match=r"could not look up subject keys.*keyring unreachable"):
+        rebuild.rebuild(conn, OpenedEventStore(event_store, Opener(keyring)), names,
+                        parallel=True)
+
+    assert schema.live_version(conn, names) == 1
 
 
 def _stream(*, to_worker: bool) -> UUID:

@@ -16,8 +16,10 @@ from typing import Any, Self
 
 from psycopg import Connection, Copy
 
+from memledger_platform.eventstore import RecordedEvent
 from memledger_projector import copytext, store
 from memledger_projector.projection import Key, Projection, event_of
+from memledger_projector.readahead import Pages, read_ahead
 
 Record = tuple[int, datetime, bytes]
 """A stored event as the fold needs it: (position, recorded_at, envelope JSON)."""
@@ -95,6 +97,23 @@ class Loader:
         """Write every table but the change log (ends it first if still open)."""
         self.end_log()
         store.write_rows(self.conn, self.target, self.projection)
+
+
+def fold_pages(loader: Loader, pages: Pages,
+               seen: Callable[[list[RecordedEvent]], None] | None = None
+               ) -> tuple[int, tuple[int, datetime] | None]:
+    """Fold the pages of a log (read a page ahead), each handed to ``seen`` first; return how
+    many events, and the last one's position and time (``None``: there were none)."""
+    count, last = 0, None
+    with read_ahead(pages) as batches:
+        for batch in batches:
+            if seen is not None:
+                seen(batch)
+            last = batch[-1]
+            loader.fold(batch[0].position, last.position,
+                        [(e.position, e.recorded_at, e.data) for e in batch])
+            count += len(batch)
+    return count, (last.position, last.recorded_at) if last is not None else None
 
 
 @contextmanager

@@ -1,34 +1,63 @@
-"""A second process for a rebuild's bulk load: it folds the memory items routed to it and
-loads them into the new schema over its own connection, while the rebuild folds the rest.
+"""A second process for a rebuild's bulk load: it reads its share of the log from the event
+store, folds the memory items in it and loads them into the new schema over its own
+connection, while the rebuild reads and folds the rest.
 
-Items are independent of one another and of everything else, so the rebuild routes each
-``memory.*`` event by its stream (an item's events share one) and keeps every other event.
-Both processes COPY into the same empty tables (disjoint rows, so neither waits for the
-other) once they have checked that no item was folded by both; if one was (a log whose
-stream ids do not follow items), the rebuild folds everything itself instead.
+Items are independent of one another and of everything else, so the log is shared by
+stream (an item's events share one): the worker's share is part of the ``memory.*`` events,
+the rebuild's is every other event. Each process reads only its own share (the server
+filters it), so neither reads, nor passes on, the other's. Both COPY into the same empty
+tables (disjoint rows, so neither waits for the other) once they have checked that no item
+was folded by both; if one was (a log whose stream ids do not follow items), the rebuild
+folds everything itself instead.
 
-Protocol, pickled over the worker's stdin and stdout (a pipe of the rebuild's own):
-``(conninfo, schema)``, then ``(first, last, records, keys)`` per batch (``keys``: those
-needed to open the records' sealed fields that were not sent before) and ``None`` at the end;
-the worker answers ``("stopped", first, last, error)`` or ``("keys", item_keys, only_items)``;
-then ``True`` (write and commit) or ``False`` (roll back), answered by ``("done",)``.
-Any other failure is answered by ``("failed", error)``.
+Protocol, pickled over the worker's stdin and stdout (a pipe of the rebuild's own): the
+rebuild sends ``(conninfo, schema, log, share, until, sealed, key_pipes)``; the worker folds
+its share up to position ``until`` and answers ``("stopped", first, last, error)`` or
+``("folded", item_keys, only_items, count, last)`` (``last``: the position and time of its
+last event, or ``None``); then the rebuild sends ``True`` (write and commit) or ``False``
+(roll back), answered by ``("done",)``. Any other failure is answered by ``("failed",
+error)``. Meanwhile, if the log is sealed, the worker asks for the keys of the sealed fields
+it meets over a second pair of pipes (``key_pipes``), each key once, and the rebuild's key
+thread answers with the keys (``None``: destroyed), or with an error as text.
 """
 
 import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Collection
 from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Any
 
 import psycopg
 
-from memledger_platform.crypto import open_document
+from memledger_platform.crypto import open_document, sealed_key_ids
+from memledger_platform.eventstore import RecordedEvent
+from memledger_platform.eventstore.postgres import Address, PostgresEventStore, StreamShare
 from memledger_projector import store
-from memledger_projector.bulk import Loader, RebuildStopped, Record, cycle_collector_paused
+from memledger_projector.bulk import Loader, RebuildStopped, cycle_collector_paused, fold_pages
 from memledger_projector.projection import Key
+from memledger_projector.readahead import ReadFailed
+
+BATCH = 5_000
+"""Events per read of the log."""
+
+KeysOf = Callable[[Collection[str]], dict[str, bytes | None]]
+"""The subject keys with these ids (``None``: destroyed): ``crypto.Opener.keys``."""
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What the worker folded: its items, whether it holds only items, how many events, and
+    the position and time of the last one (``None``: its share was empty)."""
+
+    item_keys: set[Key]
+    only_items: bool
+    count: int
+    last: tuple[int, datetime] | None
 
 
 class WorkerFailed(Exception):
@@ -43,25 +72,28 @@ class _Failure(Exception):
 
 
 class FoldWorker:
-    """The rebuild's handle on a running worker; ``close`` it in every case."""
+    """The rebuild's handle on a running worker folding ``share`` of the log at ``log`` up
+    to ``until``; ``keys``: how to open sealed fields (``None``: the log is read as it is).
+    ``close`` it in every case."""
 
-    def __init__(self, conninfo: str, target: str) -> None:
+    def __init__(self, conninfo: str, target: str, log: Address, share: StreamShare,
+                 until: int, keys: KeysOf | None) -> None:
+        self._keys = _KeyServer(keys) if keys is not None else None
+        child_fds = self._keys.child_fds if self._keys is not None else ()
         self._process = subprocess.Popen([sys.executable, "-m", __name__],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self._send((conninfo, target))
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         pass_fds=child_fds)
+        if self._keys is not None:
+            self._keys.start()
+        self._send((conninfo, target, log, share, until, keys is not None, child_fds))
 
-    def fold(self, first: int, last: int, records: list[Record],
-             keys: dict[str, bytes | None]) -> None:
-        self._send((first, last, records, keys))
-
-    def finish(self) -> tuple[set[Key], bool]:
-        """End the log; the worker's item keys and whether it holds nothing else. Raises
-        ``RebuildStopped`` if an event it was given could not be applied."""
-        self._send(None)
+    def finish(self) -> Folded:
+        """Wait until the worker has folded its share; what it folded. Raises
+        ``RebuildStopped`` if an event could not be applied."""
         reply = self._receive()
         if reply[0] == "stopped":
             raise RebuildStopped(reply[1], reply[2], _Failure(reply[3]))
-        return reply[1], reply[2]
+        return Folded(*reply[1:])
 
     def conclude(self, *, write: bool) -> None:
         """Have the worker write its rows and commit (``write``), or roll back."""
@@ -82,6 +114,8 @@ class FoldWorker:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        if self._keys is not None:
+            self._keys.join()
 
     def _send(self, message: Any) -> None:
         assert self._process.stdin is not None
@@ -103,6 +137,44 @@ class FoldWorker:
         return reply
 
 
+class _KeyServer:
+    """The rebuild's side of the key pipes: a thread answering the worker's asks for keys
+    (the rebuild's own thread is busy folding), until the worker closes its end."""
+
+    def __init__(self, keys: KeysOf) -> None:
+        self._keys = keys
+        self._asks, asks_child = os.pipe()
+        answers_child, self._answers = os.pipe()
+        self.child_fds = (asks_child, answers_child)
+        self._thread = threading.Thread(target=self._serve, name="rebuild-keys", daemon=True)
+
+    def start(self) -> None:
+        """Serve, once the worker holds its ends (closed here, so its exit ends the thread)."""
+        for fd in self.child_fds:
+            os.close(fd)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+    def _serve(self) -> None:
+        with os.fdopen(self._asks, "rb") as asks, os.fdopen(self._answers, "wb") as answers:
+            while True:
+                try:
+                    wanted = _read(asks)
+                except EOFError:
+                    return
+                try:
+                    answer: dict[str, bytes | None] | str = self._keys(wanted)
+                except Exception as error:  # the worker fails with it
+                    answer = repr(error)
+                try:
+                    pickle.dump(answer, answers, pickle.HIGHEST_PROTOCOL)
+                    answers.flush()
+                except BrokenPipeError:
+                    return
+
+
 def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """The worker's side of the protocol."""
 
@@ -111,48 +183,81 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
         replies.flush()
 
     try:
-        conninfo, target = _read(requests)
-        with psycopg.connect(conninfo, autocommit=True) as conn, cycle_collector_paused():
-            store.tune(conn)
-            _load(conn, target, requests, reply)
+        conninfo, target, log, share, until, sealed, key_pipes = _read(requests)
+        keys = _Keys(*key_pipes) if sealed else None
+        event_store = PostgresEventStore.at(log)
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn, cycle_collector_paused():
+                store.tune(conn)
+                _load(conn, target, _Share(event_store, share, until), keys, requests, reply)
+        finally:
+            event_store.close()
     except EOFError:
         return  # the rebuild ended the conversation (it failed): roll back and end quietly
+    except ReadFailed as failed:
+        with suppress(OSError):
+            reply("failed", repr(failed.error))
     except Exception as error:
         with suppress(OSError):  # unless the rebuild is gone already
             reply("failed", repr(error))
 
 
-def _load(conn: psycopg.Connection[Any], target: str, requests: IO[bytes],
-          reply: Callable[..., None]) -> None:
-    keys: dict[str, bytes | None] = {}
-    with conn.transaction(), Loader(conn, target, lambda d: open_document(d, keys.get)
-                                    ) as loader:
-        stopped = _fold_all(loader, requests, keys)
-        if stopped is not None:
+@dataclass(frozen=True)
+class _Share:
+    """The worker's share of the log."""
+
+    log: PostgresEventStore
+    share: StreamShare
+    until: int
+
+    def after(self, position: int) -> list[RecordedEvent]:
+        return self.log.read_share(position, self.until, BATCH, self.share)
+
+
+def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Keys | None",
+          requests: IO[bytes], reply: Callable[..., None]) -> None:
+    opener = (lambda d: open_document(d, keys.key)) if keys is not None else None
+    with conn.transaction(), Loader(conn, target, opener) as loader:
+        try:
+            count, last = fold_pages(loader, share.after, keys.seen if keys else None)
+        except RebuildStopped as stopped:
             reply("stopped", stopped.first, stopped.last, repr(stopped.error))
-            raise psycopg.Rollback
+            raise psycopg.Rollback from None
         loader.end_log()
-        reply("keys", loader.item_keys(), loader.holds_only_items())
+        reply("folded", loader.item_keys(), loader.holds_only_items(), count, last)
         if not _read(requests):
             raise psycopg.Rollback
         loader.write()
     reply("done")
 
 
-def _fold_all(loader: Loader, requests: IO[bytes], keys: dict[str, bytes | None]
-              ) -> RebuildStopped | None:
-    """Fold every batch until the end of the log; the first failure, if any (after it, the
-    batches are only drained)."""
-    stopped: RebuildStopped | None = None
-    while (batch := _read(requests)) is not None:
-        first, last, records, more_keys = batch
-        keys.update(more_keys)
-        if stopped is None:
-            try:
-                loader.fold(first, last, records)
-            except RebuildStopped as error:
-                stopped = error
-    return stopped
+class _Keys:
+    """The worker's side of the key pipes: a key is asked for the first time a sealed field
+    needs it, with every other unknown key of the same page (a log holds few subjects' keys
+    or many: one ask each, or one per page)."""
+
+    def __init__(self, asks: int, answers: int) -> None:
+        self._asks, self._answers = os.fdopen(asks, "wb"), os.fdopen(answers, "rb")
+        self._known: dict[str, bytes | None] = {}
+        self._page: list[RecordedEvent] = []
+
+    def seen(self, page: list[RecordedEvent]) -> None:
+        """``page`` is folded next."""
+        self._page = page
+
+    def key(self, key_id: str) -> bytes | None:
+        if key_id not in self._known:
+            wanted = {k for e in self._page for k in sealed_key_ids(e.data)}
+            self._ask((wanted | {key_id}) - self._known.keys())
+        return self._known[key_id]
+
+    def _ask(self, wanted: set[str]) -> None:
+        pickle.dump(wanted, self._asks, pickle.HIGHEST_PROTOCOL)
+        self._asks.flush()
+        answer = _read(self._answers)
+        if isinstance(answer, str):
+            raise WorkerFailed(f"the rebuild could not look up subject keys: {answer}")
+        self._known.update(answer)
 
 
 def _read(stream: IO[bytes]) -> Any:

@@ -2,11 +2,14 @@
 this one (the store's query and the transfer then cost the fold no time)."""
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from queue import Full, Queue
 
-from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore import RecordedEvent
+
+Pages = Callable[[int], list[RecordedEvent]]
+"""The page of the log after a position (in position order; empty: nothing is left)."""
 
 
 class ReadFailed(Exception):
@@ -18,11 +21,9 @@ class ReadFailed(Exception):
 
 
 @contextmanager
-def read_ahead(event_store: EventStore, until: int, size: int
-               ) -> Iterator[Iterator[list[RecordedEvent]]]:
-    """The log up to ``until`` in batches of ``size``, read by a thread a batch ahead of the
-    caller (the store works on the next batch while the caller folds this one). A failed read
-    raises ``ReadFailed``."""
+def read_ahead(pages: Pages) -> Iterator[Iterator[list[RecordedEvent]]]:
+    """The log, page after page, read by a thread a page ahead of the caller (the store works
+    on the next page while the caller folds this one). A failed read raises ``ReadFailed``."""
     queue: Queue[list[RecordedEvent] | BaseException | None] = Queue(maxsize=2)
     stop = threading.Event()
 
@@ -37,10 +38,7 @@ def read_ahead(event_store: EventStore, until: int, size: int
     def read() -> None:
         after = 0
         try:
-            while after < until and not stop.is_set():
-                batch = [e for e in event_store.read_all(after, size) if e.position <= until]
-                if not batch:
-                    break
+            while not stop.is_set() and (batch := pages(after)):
                 put(batch)
                 after = batch[-1].position
         except BaseException as error:  # handed to the caller, who raises it

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -19,14 +20,15 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.conninfo import make_conninfo
 
-from memledger_platform.crypto import Opener, sealed_key_ids
+from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.opened import OpenedEventStore
+from memledger_platform.eventstore.postgres import PostgresEventStore, StreamShare
 from memledger_projector import bulk, schema, store
-from memledger_projector.bulk import Open, RebuildStopped, Record
-from memledger_projector.fold_worker import FoldWorker
+from memledger_projector.bulk import Open, RebuildStopped
+from memledger_projector.fold_worker import Folded, FoldWorker
 from memledger_projector.projection import event_of
-from memledger_projector.readahead import ReadFailed, read_ahead
+from memledger_projector.readahead import Pages, ReadFailed
 
 __all__ = ["BULK_EVENTS", "PARALLEL_FROM", "RebuildStopped", "Rebuilt", "model_hash",
            "rebuild", "routed_to_worker"]
@@ -36,10 +38,15 @@ Progress = Callable[[int, int], None]
 
 _BATCH = 5_000
 BULK_EVENTS = 500_000
-"""How many events a rebuild folds in memory before writing (bounds its memory)."""
+"""How many positions of the log a rebuild folds in memory before writing (bounds its
+memory)."""
 PARALLEL_FROM = 20_000
 """The length of log from which a rebuild folds in two processes (starting the second one
 costs ~0.3 s)."""
+WORKER_SHARE = StreamShare("memory.", 9, 4)
+"""The fold worker's share of the log: the memory events of 4 streams in 9 (an item's
+events are all in its stream; the rebuild folds every other event). A little under half:
+the worker starts ~0.3 s after the rebuild, which also has the few other events to fold."""
 _HASHED = {
     "spaces": "tenant_id, space_id", "agents": "tenant_id, agent_id",
     "sessions": "tenant_id, session_id", "messages": "tenant_id, message_id",
@@ -63,8 +70,9 @@ class Rebuilt:
 def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
             progress: Progress | None = None, *, parallel: bool | None = None) -> Rebuilt:
     """Rebuild into a new version and switch to it; return what was done. ``parallel``: fold
-    in two processes (by default from ``PARALLEL_FROM`` events on; the result is the same).
-    An ``OpenedEventStore`` is read sealed, and each event opened as the fold parses it."""
+    in two processes (by default from ``PARALLEL_FROM`` events on; the result is the same),
+    if the log is in PostgreSQL (the second process reads its share from there). An
+    ``OpenedEventStore`` is read sealed, and each event opened as the fold parses it."""
     event_store, opener = _sealed(event_store)
     store.tune(conn)
     live = schema.ensure_pointer(conn, names)
@@ -106,112 +114,87 @@ def _sealed(event_store: EventStore) -> tuple[EventStore, Open | None]:
 def _bulk(conn: Connection[Any], log: _Log, target: str, until: int,
           progress: Progress | None, parallel: bool, limit: int = BULK_EVENTS
           ) -> tuple[int, int]:
-    """Fold up to ``limit`` events in memory and load them into the empty ``target`` (no
-    per-batch reads or updates; indexes come after); return how many, and in how many
-    processes. ``parallel``: with a fold worker taking part of the memory items."""
+    """Fold the log up to position ``until`` (``limit`` at most) in memory and load it into
+    the empty ``target`` (no per-batch reads or updates; indexes come after); return how
+    many events, and in how many processes. ``parallel``: with a fold worker reading and
+    folding its share of the memory items."""
+    until = min(until, limit)
     with bulk.cycle_collector_paused():
-        if parallel:
-            loaded = _bulk_in_two(conn, log, target, until, progress, limit)
+        if parallel and isinstance(log.store, PostgresEventStore):
+            loaded = _bulk_in_two(conn, log.store, log.opener, target, until, progress)
             if loaded is not None:
                 return loaded, 2
-        return _bulk_in_one(conn, log, target, until, progress, limit), 1
+        return _bulk_in_one(conn, log, target, until, progress), 1
 
 
 def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
-                 progress: Progress | None, limit: int) -> int:
+                 progress: Progress | None) -> int:
+    def pages(after: int) -> list[RecordedEvent]:
+        return [e for e in log.store.read_all(after, _BATCH) if e.position <= until]
+
     with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
             _stopping(loader):
-        count, last = _fold_log(loader, None, log, until, progress, limit)
+        count, last = _fold_log(loader, pages, until, progress)
         loader.write()
         if last is not None:
-            store.write_checkpoint(conn, target, last.position, last.recorded_at)
+            store.write_checkpoint(conn, target, *last)
     return count
 
 
-def _bulk_in_two(conn: Connection[Any], log: _Log, target: str, until: int,
-                 progress: Progress | None, limit: int) -> int | None:
-    """Like ``_bulk_in_one``, with the memory items of half the streams folded and written by
-    a worker process meanwhile. ``None`` (nothing written) if an item turned up on both
-    sides (its events were not all in one stream)."""
-    worker = FoldWorker(_conninfo(conn), target)
+def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Open | None,
+                 target: str, until: int, progress: Progress | None) -> int | None:
+    """Like ``_bulk_in_one``, with a worker process reading, folding and writing its share
+    of the log meanwhile. ``None`` (nothing written) if an item turned up on both sides (its
+    events were not all in one stream)."""
+    keys = opener.keys if isinstance(opener, Opener) else None
+    worker = FoldWorker(_conninfo(conn), target, log.address(), WORKER_SHARE, until, keys)
+    mine = WORKER_SHARE.other()
     try:
-        with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
+        with conn.transaction(), bulk.Loader(conn, target, opener) as loader, \
                 _stopping(loader):
             try:
-                count, last = _fold_log(loader, worker, log, until, progress, limit)
+                count, last = _fold_log(
+                    loader, lambda after: log.read_share(after, until, _BATCH, mine), until,
+                    progress)
             except RebuildStopped as stopped:
                 raise _earliest(stopped, worker) from stopped.__cause__
-            keys, only_items = worker.finish()
+            folded = worker.finish()
             loader.end_log()
-            if not only_items or not keys.isdisjoint(loader.item_keys()):
+            if not _apart(folded, loader):
                 worker.conclude(write=False)
                 raise psycopg.Rollback
             worker.conclude(write=True)
             loader.write()  # meanwhile the worker writes its rows (no two rows are the same)
             worker.done()  # committed: only now may the checkpoint say the load is complete
+            last = max(filter(None, (last, folded.last)), default=None)
             if last is not None:
-                store.write_checkpoint(conn, target, last.position, last.recorded_at)
-            return count
+                store.write_checkpoint(conn, target, *last)
+                if progress is not None:
+                    progress(last[0], until)
+            return count + folded.count
     finally:
         worker.close()
     return None
 
 
-def _fold_log(loader: bulk.Loader, worker: FoldWorker | None, log: _Log,
-              until: int, progress: Progress | None, limit: int
-              ) -> tuple[int, RecordedEvent | None]:
-    """Fold the log up to ``until`` (``limit`` events at most, give or take a batch); return
-    how many events and the last one."""
-    count, last = 0, None
-    keys = _KeysShared(log.opener)
-    with read_ahead(log.store, until, _BATCH) as batches:
-        for batch in batches:
-            first, last = batch[0].position, batch[-1]
-            mine, theirs = _split(batch, worker is not None)
-            if worker is not None and theirs:
-                worker.fold(first, last.position, theirs, keys.new_in(theirs))
-            loader.fold(first, last.position, mine)
-            count += len(batch)
-            if progress is not None:
-                progress(last.position, until)
-            if count >= limit:
-                break
-    return count, last
+def _apart(folded: Folded, loader: bulk.Loader) -> bool:
+    """Whether the worker folded only items, none of which this process folded too."""
+    return folded.only_items and folded.item_keys.isdisjoint(loader.item_keys())
 
 
-def _split(batch: list[RecordedEvent], parallel: bool) -> tuple[list[Record], list[Record]]:
-    """The records this process folds, and those it routes to the worker."""
-    if not parallel:
-        return [(e.position, e.recorded_at, e.data) for e in batch], []
-    mine: list[Record] = []
-    theirs: list[Record] = []
-    for e in batch:
-        routed = routed_to_worker(e.stream_id, e.event_type)
-        (theirs if routed else mine).append((e.position, e.recorded_at, e.data))
-    return mine, theirs
+def _fold_log(loader: bulk.Loader, pages: Pages, until: int, progress: Progress | None
+              ) -> tuple[int, tuple[int, datetime] | None]:
+    """Fold the pages of the log, reporting each page's last position to ``progress``."""
+    def seen(page: list[RecordedEvent]) -> None:
+        if progress is not None:
+            progress(page[-1].position, until)
 
-
-class _KeysShared:
-    """The keys the worker needs to open its records, each sent once (the worker keeps
-    them for the rebuild's length, as the opener's keyring caches them)."""
-
-    def __init__(self, opener: Open | None) -> None:
-        self._keys = opener.keys if isinstance(opener, Opener) else None
-        self._sent: set[str] = set()
-
-    def new_in(self, records: list[Record]) -> dict[str, bytes | None]:
-        if self._keys is None:
-            return {}
-        wanted = {k for _, _, data in records for k in sealed_key_ids(data)} - self._sent
-        self._sent |= wanted
-        return self._keys(wanted) if wanted else {}
+    return bulk.fold_pages(loader, pages, seen)
 
 
 def routed_to_worker(stream_id: UUID, event_type: str) -> bool:
-    """Whether a parallel rebuild has its fold worker fold this event: the memory events of
-    3 streams in 5 (an item's events are all in its stream; the rebuild also reads the log
-    and folds every other event)."""
-    return stream_id.int % 5 < 3 and event_type.startswith("memory.")
+    """Whether a parallel rebuild has its fold worker fold this event."""
+    return WORKER_SHARE.holds(stream_id, event_type)
 
 
 def _earliest(stopped: RebuildStopped, worker: FoldWorker) -> RebuildStopped:

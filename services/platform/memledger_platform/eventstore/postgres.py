@@ -10,14 +10,15 @@ steps back), and the idempotency records. See docs/adr/0002-event-store.md.
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Self
 from uuid import UUID
 
 import orjson
 import psycopg
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
@@ -114,14 +115,56 @@ def datastore_from_dsn(dsn: str, *, schema: str = "", pool_size: int = 4) -> Pos
         schema=schema, connect_timeout=10.0)
 
 
+@dataclass(frozen=True)
+class StreamShare:
+    """Part of the log, split by stream so that a stream's events are all on one side: the
+    events whose type starts with ``prefix`` and whose stream id's last byte, modulo
+    ``modulus``, is below ``below``; or, with ``rest``, every other event."""
+
+    prefix: str
+    modulus: int
+    below: int
+    rest: bool = False
+
+    def holds(self, stream_id: UUID, event_type: str) -> bool:
+        inside = (event_type.startswith(self.prefix)
+                  and stream_id.bytes[15] % self.modulus < self.below)
+        return inside != self.rest
+
+    def other(self) -> "StreamShare":
+        """Every event this share does not hold."""
+        return replace(self, rest=not self.rest)
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a ``PostgresEventStore`` is, for another process to open it (``at``)."""
+
+    conninfo: str
+    schema: str
+    table: str
+
+
 class PostgresEventStore(EventStore):
     """The system of record. Thread-safe: the pool hands each call its own connection."""
 
     def __init__(self, datastore: PostgresDatastore, table: str = EVENTS_TABLE) -> None:
         self._datastore = datastore
         self._recorder = _Recorder(datastore, table)
+        self._table_name = table
         self._table = Identifier(datastore.schema), Identifier(table)
         self._keys_table = Identifier(datastore.schema), Identifier(f"{table}_idempotency")
+
+    @classmethod
+    def at(cls, address: Address) -> Self:
+        """The store at ``address``, over a connection of its own."""
+        return cls(datastore_from_dsn(address.conninfo, schema=address.schema, pool_size=1),
+                   address.table)
+
+    def address(self) -> Address:
+        with self._datastore.get_connection() as conn:
+            conninfo = make_conninfo(conn.info.dsn, password=conn.info.password or None)
+        return Address(conninfo, self._datastore.schema, self._table_name)
 
     def create_tables(self) -> None:
         """Create the schema objects if missing (safe to call on every start, from several
@@ -161,6 +204,19 @@ class PostgresEventStore(EventStore):
         query = SQL("SELECT {cols} FROM {0}.{1} WHERE notification_id > %s "
                     "ORDER BY notification_id LIMIT %s").format(*self._table, cols=SQL(_COLUMNS))
         return list(self._select(query, (after, limit)))
+
+    def read_share(self, after: int, until: int, limit: int, share: StreamShare
+                   ) -> list[RecordedEvent]:
+        """Like ``read_all``, of the events of ``share`` up to position ``until`` only (the
+        server leaves the others out: two processes can each read their own share)."""
+        inside = SQL("(topic LIKE %s AND get_byte(uuid_send(originator_id), 15) %% %s < %s)")
+        query = SQL("SELECT {cols} FROM {0}.{1} WHERE notification_id > %s AND "
+                    "notification_id <= %s AND {side}{inside} ORDER BY notification_id "
+                    "LIMIT %s").format(*self._table, cols=SQL(_COLUMNS), inside=inside,
+                                       side=SQL("NOT " if share.rest else ""))
+        prefix = share.prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return list(self._select(query, (after, until, f"{prefix}%", share.modulus,
+                                         share.below, limit)))
 
     def max_position(self) -> int:
         return self._recorder.max_notification_id() or 0
