@@ -58,30 +58,34 @@ def test_two_shares_of_the_log_read_by_the_server_hold_every_event_once_by_strea
                             envelope(stream, 2, event_type=event_type)])
     share = StreamShare("memory.", 5, 2)
     until = event_store.max_position() - 2  # the last stream's two events are left out
+    stored = {e.position: e for e in read_everything(event_store) if e.position <= until}
 
-    theirs = _pages(event_store, until, share)
-    mine = _pages(event_store, until, share.other())
+    theirs = _pages(event_store, until, share, stored)
+    mine = _pages(event_store, until, share.other(), stored)
 
-    everything = [e for e in read_everything(event_store) if e.position <= until]
-    assert sorted(theirs + mine, key=lambda e: e.position) == everything
+    assert sorted(theirs + mine, key=lambda e: e.position) == list(stored.values())
     assert theirs
     assert all(share.holds(e.stream_id, e.event_type) for e in theirs)
     assert all(e.event_type == "memory.asserted" for e in theirs)
-    # a prefix is matched as it is written ("_" is not LIKE's any-character)
-    literal = _pages(event_store, until, StreamShare("memory_", 1, 1))
-    assert literal
-    assert {e.event_type for e in literal} == {"memory_asserted"}
     assert not any(share.holds(e.stream_id, e.event_type) for e in mine)
     assert {e.stream_id for e in theirs}.isdisjoint({e.stream_id for e in mine})
+    # a prefix is matched as it is written ("_" is not LIKE's any-character)
+    literal = _pages(event_store, until, StreamShare("memory_", 1, 1), stored)
+    assert literal
+    assert {e.event_type for e in literal} == {"memory_asserted"}
 
 
-def _pages(event_store: PostgresEventStore, until: int, share: StreamShare
-           ) -> list[RecordedEvent]:
-    """The share, read in pages of 3 (more than one page, and a short last one)."""
+def _pages(event_store: PostgresEventStore, until: int, share: StreamShare,
+           stored: dict[int, RecordedEvent]) -> list[RecordedEvent]:
+    """The share, read in pages of 3 (more than one page, and a short last one), each
+    record checked against the event stored at its position, and that event returned."""
     found: list[RecordedEvent] = []
     while page := event_store.read_share(found[-1].position if found else 0, until, 3, share):
         assert len(page) <= 3
-        found.extend(page)
+        for position, recorded_at, data in page:
+            event = stored[position]
+            assert (recorded_at, data) == (event.recorded_at, event.data)
+            found.append(event)
     return found
 
 

@@ -16,13 +16,9 @@ from typing import Any, Self
 
 from psycopg import Connection, Copy
 
-from memledger_platform.eventstore import RecordedEvent
 from memledger_projector import copytext, store
 from memledger_projector.projection import Key, Projection, event_of
-from memledger_projector.readahead import Pages, read_ahead
-
-Record = tuple[int, datetime, bytes]
-"""A stored event as the fold needs it: (position, recorded_at, envelope JSON)."""
+from memledger_projector.readahead import Pages, Record, read_ahead
 
 Open = Callable[[dict[str, Any]], dict[str, Any]]
 """Opens the sealed fields of a parsed event document (``crypto.Opener``)."""
@@ -100,7 +96,7 @@ class Loader:
 
 
 def fold_pages(loader: Loader, pages: Pages,
-               seen: Callable[[list[RecordedEvent]], None] | None = None
+               seen: Callable[[list[Record]], None] | None = None
                ) -> tuple[int, tuple[int, datetime] | None]:
     """Fold the pages of a log (read a page ahead), each handed to ``seen`` first; return how
     many events, and the last one's position and time (``None``: there were none)."""
@@ -110,10 +106,9 @@ def fold_pages(loader: Loader, pages: Pages,
             if seen is not None:
                 seen(batch)
             last = batch[-1]
-            loader.fold(batch[0].position, last.position,
-                        [(e.position, e.recorded_at, e.data) for e in batch])
+            loader.fold(batch[0][0], last[0], batch)
             count += len(batch)
-    return count, (last.position, last.recorded_at) if last is not None else None
+    return count, (last[0], last[1]) if last is not None else None
 
 
 @contextmanager

@@ -35,12 +35,11 @@ from typing import IO, Any
 import psycopg
 
 from memledger_platform.crypto import open_document, sealed_key_ids
-from memledger_platform.eventstore import RecordedEvent
 from memledger_platform.eventstore.postgres import Address, PostgresEventStore, StreamShare
 from memledger_projector import store
 from memledger_projector.bulk import Loader, RebuildStopped, cycle_collector_paused, fold_pages
 from memledger_projector.projection import Key
-from memledger_projector.readahead import ReadFailed
+from memledger_projector.readahead import ReadFailed, Record
 
 BATCH = 5_000
 """Events per read of the log."""
@@ -210,7 +209,7 @@ class _Share:
     share: StreamShare
     until: int
 
-    def after(self, position: int) -> list[RecordedEvent]:
+    def after(self, position: int) -> list[Record]:
         return self.log.read_share(position, self.until, BATCH, self.share)
 
 
@@ -239,15 +238,15 @@ class _Keys:
     def __init__(self, asks: int, answers: int) -> None:
         self._asks, self._answers = os.fdopen(asks, "wb"), os.fdopen(answers, "rb")
         self._known: dict[str, bytes | None] = {}
-        self._page: list[RecordedEvent] = []
+        self._page: list[Record] = []
 
-    def seen(self, page: list[RecordedEvent]) -> None:
+    def seen(self, page: list[Record]) -> None:
         """``page`` is folded next."""
         self._page = page
 
     def key(self, key_id: str) -> bytes | None:
         if key_id not in self._known:
-            wanted = {k for e in self._page for k in sealed_key_ids(e.data)}
+            wanted = {k for _, _, data in self._page for k in sealed_key_ids(data)}
             self._ask((wanted | {key_id}) - self._known.keys())
         return self._known[key_id]
 

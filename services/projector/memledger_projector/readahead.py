@@ -4,11 +4,13 @@ this one (the store's query and the transfer then cost the fold no time)."""
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from queue import Full, Queue
 
-from memledger_platform.eventstore import RecordedEvent
+Record = tuple[int, datetime, bytes]
+"""A stored event as a fold needs it: (position, recorded_at, envelope JSON)."""
 
-Pages = Callable[[int], list[RecordedEvent]]
+Pages = Callable[[int], list[Record]]
 """The page of the log after a position (in position order; empty: nothing is left)."""
 
 
@@ -21,13 +23,13 @@ class ReadFailed(Exception):
 
 
 @contextmanager
-def read_ahead(pages: Pages) -> Iterator[Iterator[list[RecordedEvent]]]:
+def read_ahead(pages: Pages) -> Iterator[Iterator[list[Record]]]:
     """The log, page after page, read by a thread a page ahead of the caller (the store works
     on the next page while the caller folds this one). A failed read raises ``ReadFailed``."""
-    queue: Queue[list[RecordedEvent] | BaseException | None] = Queue(maxsize=2)
+    queue: Queue[list[Record] | BaseException | None] = Queue(maxsize=2)
     stop = threading.Event()
 
-    def put(item: list[RecordedEvent] | BaseException | None) -> None:
+    def put(item: list[Record] | BaseException | None) -> None:
         while not stop.is_set():
             try:
                 queue.put(item, timeout=0.1)
@@ -40,12 +42,12 @@ def read_ahead(pages: Pages) -> Iterator[Iterator[list[RecordedEvent]]]:
         try:
             while not stop.is_set() and (batch := pages(after)):
                 put(batch)
-                after = batch[-1].position
+                after = batch[-1][0]
         except BaseException as error:  # handed to the caller, who raises it
             put(error)
         put(None)
 
-    def batches() -> Iterator[list[RecordedEvent]]:
+    def batches() -> Iterator[list[Record]]:
         while (item := queue.get()) is not None:
             if isinstance(item, BaseException):
                 raise ReadFailed(item)

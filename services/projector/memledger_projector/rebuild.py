@@ -21,14 +21,14 @@ from psycopg import Connection, sql
 from psycopg.conninfo import make_conninfo
 
 from memledger_platform.crypto import Opener
-from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, StreamShare
 from memledger_projector import bulk, schema, store
 from memledger_projector.bulk import Open, RebuildStopped
 from memledger_projector.fold_worker import Folded, FoldWorker
 from memledger_projector.projection import event_of
-from memledger_projector.readahead import Pages, ReadFailed
+from memledger_projector.readahead import Pages, ReadFailed, Record
 
 __all__ = ["BULK_EVENTS", "PARALLEL_FROM", "RebuildStopped", "Rebuilt", "model_hash",
            "rebuild", "routed_to_worker"]
@@ -129,8 +129,9 @@ def _bulk(conn: Connection[Any], log: _Log, target: str, until: int,
 
 def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
                  progress: Progress | None) -> int:
-    def pages(after: int) -> list[RecordedEvent]:
-        return [e for e in log.store.read_all(after, _BATCH) if e.position <= until]
+    def pages(after: int) -> list[Record]:
+        return [(e.position, e.recorded_at, e.data)
+                for e in log.store.read_all(after, _BATCH) if e.position <= until]
 
     with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
             _stopping(loader):
@@ -185,9 +186,9 @@ def _apart(folded: Folded, loader: bulk.Loader) -> bool:
 def _fold_log(loader: bulk.Loader, pages: Pages, until: int, progress: Progress | None
               ) -> tuple[int, tuple[int, datetime] | None]:
     """Fold the pages of the log, reporting each page's last position to ``progress``."""
-    def seen(page: list[RecordedEvent]) -> None:
+    def seen(page: list[Record]) -> None:
         if progress is not None:
-            progress(page[-1].position, until)
+            progress(page[-1][0], until)
 
     return bulk.fold_pages(loader, pages, seen)
 
