@@ -1,13 +1,14 @@
 """The pure helpers of the search and retrieval benches: synthetic corpus, exact neighbours and
 recall, the server's CPU from /proc lines, and SituatedQA answer timelines."""
 
+import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from memledger_cli.bench import corpus, settle
+from memledger_cli.bench import corpus, readside, settle
 from memledger_cli.bench import situatedqa as sqa
 
 
@@ -79,3 +80,22 @@ def test_dates_are_years_or_full_dates(text: str, expected: datetime | None) -> 
 def test_a_missing_data_directory_names_the_option_and_the_variable(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--data DIR or set MEMLEDGER_BENCH_SITUATEDQA"):
         sqa.data_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "three"])
+def test_bench_rebuild_runs_must_be_a_whole_number_of_at_least_one(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    readside.REBUILD.add_arguments(parser)
+
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--runs", value])
+
+    assert "argument --runs" in capsys.readouterr().err
+    assert parser.parse_args(["--runs", "5"]).runs == 5
+
+
+def test_rebuilt_models_are_equal_only_if_every_run_compared_equal() -> None:
+    assert readside._all_equal([True, True, True]) is True
+    assert readside._all_equal([True, None, True]) is None
+    assert readside._all_equal([None, False, True]) is False

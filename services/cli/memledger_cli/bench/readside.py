@@ -237,6 +237,18 @@ def _raw_as_of(dsn: str, items: list[str], last: int, count: int) -> list[float]
 
 def _rebuild_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--runs", type=_at_least_one, default=3,
+                        help="full rebuilds, one after another; the median is reported")
+
+
+def _at_least_one(value: str) -> int:
+    try:
+        runs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number is needed, not {value!r}") from None
+    if runs < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {runs}")
+    return runs
 
 
 async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
@@ -257,12 +269,33 @@ async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
         steps.step("waiting for the server to go quiet")
         quiet_s = await wait_quiet()
         steps.step("rebuilding, and reading the same events raw")
-        result = await asyncio.to_thread(_time_rebuild, server.postgres_dsn, Path(server.home))
+        result = await asyncio.to_thread(_time_rebuilds, server.postgres_dsn,
+                                         Path(server.home), args.runs)
         return {**result, "settled_s_before_rebuild": round(quiet_s, 1),
                 "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
-def _time_rebuild(dsn: str, home: Path) -> dict[str, Any]:
+def _time_rebuilds(dsn: str, home: Path, runs: int) -> dict[str, Any]:
+    """Rebuild ``runs`` times, each beside a raw read of the same log; the medians, and every
+    run (a shared machine's speed varies from minute to minute)."""
+    done = [_time_rebuild(dsn, home, run, runs) for run in range(1, runs + 1)]
+    rates = [d["events_per_s"] for d in done]
+    middle = sorted(range(runs), key=lambda i: rates[i])[runs // 2]
+    return {**done[middle], "runs": runs, "events_per_s_runs": rates,
+            "raw_postgres_read_per_s": percentile([d["raw_postgres_read_per_s"] for d in done],
+                                                  50),
+            "raw_postgres_read_per_s_runs": [d["raw_postgres_read_per_s"] for d in done],
+            "rebuilt_equals_live": _all_equal([d["rebuilt_equals_live"] for d in done])}
+
+
+def _all_equal(checks: list[bool | None]) -> bool | None:
+    """``False`` if any rebuilt model differed, ``None`` if none could be compared."""
+    if False in checks:
+        return False
+    return None if None in checks else True
+
+
+def _time_rebuild(dsn: str, home: Path, run: int, runs: int) -> dict[str, Any]:
     """Rebuild through the subjects' keys, as ``memledger rebuild`` does (the log is sealed);
     the raw read beside it reads the same rows without opening them."""
     raw_store = PostgresEventStore(datastore_from_dsn(dsn, pool_size=1))
@@ -274,7 +307,8 @@ def _time_rebuild(dsn: str, home: Path) -> dict[str, Any]:
         started = time.perf_counter()
         count = sum(1 for _ in _read_everything(raw_store))
         raw = count / (time.perf_counter() - started)
-        with psycopg.connect(dsn, autocommit=True) as conn, Bar("rebuild", count) as bar:
+        with psycopg.connect(dsn, autocommit=True) as conn, \
+                Bar(f"rebuild {run}/{runs}", count) as bar:
             started = time.perf_counter()
             done = rebuild.rebuild(conn, store, schema.Names(), bar.update)
             elapsed = time.perf_counter() - started
