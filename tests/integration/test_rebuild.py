@@ -91,6 +91,32 @@ async def test_a_rebuilt_model_hashes_equal_to_the_live_one_and_becomes_live(
     assert seen[-1][0] == event_store.max_position()
 
 
+@pytest.mark.parametrize("built", ["live", "rebuilt"])
+async def test_the_schema_refuses_two_current_rows_of_an_item_that_overlap_in_valid_time(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
+        live: schema.Names, built: str) -> None:
+    """Enforced by the table, whoever writes it: the live version creates the constraint
+    with its tables, a rebuild adds it after its bulk load."""
+    version = 1 if built == "live" else rebuild.rebuild(conn, event_store, live).version
+    target = sql.Identifier(live.schema(version))
+    item, other = uuid7(), uuid7()
+
+    def insert(tenant: str, item_id: UUID, valid: str, sys_to: int | None = None) -> None:
+        conn.execute(sql.SQL(
+            "INSERT INTO {}.item_versions (tenant_id, item_id, valid, sys_from, sys_to, attrs, "
+            "cause) VALUES (%s, %s, %s::tstzrange, 1, %s, '{{}}', '{{}}')").format(target),
+            (tenant, item_id, valid, sys_to))
+
+    insert("t", item, "[2026-01-01,2026-03-01)")
+    insert("t", item, "[2026-03-01,2026-05-01)")  # touching: [from, to) is half-open
+    insert("t", item, "[2026-02-01,2026-04-01)", sys_to=2)  # overlapping, but closed
+    insert("t", other, "[2026-02-01,2026-04-01)")  # another item
+    insert("u", item, "[2026-02-01,2026-04-01)")  # the same id in another tenant
+
+    with pytest.raises(psycopg.errors.ExclusionViolation, match="current_rows_never_overlap"):
+        insert("t", item, "[2026-04-15,2026-06-01)")
+
+
 async def test_rebuilding_twice_gives_the_same_model_and_keeps_one_previous_version(
         conn: psycopg.Connection[Any], event_store: PostgresEventStore,
         live: schema.Names) -> None:
