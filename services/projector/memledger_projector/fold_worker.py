@@ -39,10 +39,7 @@ from memledger_platform.eventstore.postgres import Address, PostgresEventStore, 
 from memledger_projector import store
 from memledger_projector.bulk import Loader, RebuildStopped, cycle_collector_paused, fold_pages
 from memledger_projector.projection import Key
-from memledger_projector.readahead import ReadFailed, Record
-
-BATCH = 5_000
-"""Events per read of the log."""
+from memledger_projector.readahead import PAGE, ReadFailed, Record
 
 KeysOf = Callable[[Collection[str]], dict[str, bytes | None]]
 """The subject keys with these ids (``None``: destroyed): ``crypto.Opener.keys``."""
@@ -84,6 +81,7 @@ class FoldWorker:
                                          pass_fds=child_fds)
         if self._keys is not None:
             self._keys.start()
+        self._done = False
         self._send((conninfo, target, log, share, until, keys is not None, child_fds))
 
     def finish(self) -> Folded:
@@ -101,13 +99,17 @@ class FoldWorker:
     def done(self) -> None:
         """Wait until the worker has committed (or rolled back)."""
         self._receive()
+        self._done = True
 
     def close(self) -> None:
-        """Let the worker exit (it does once done; closing its input ends it otherwise, as
-        the end of its input rolls its transaction back), killing it if it does not."""
+        """Let the worker exit once done; otherwise (the rebuild failed or folds alone) end
+        it now, rather than let it fold the rest of its share for nothing: the server rolls
+        its transaction back as its connection goes."""
         for stream in (self._process.stdin, self._process.stdout):
             if stream is not None:
                 stream.close()
+        if not self._done:
+            self._process.kill()
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -210,7 +212,7 @@ class _Share:
     until: int
 
     def after(self, position: int) -> list[Record]:
-        return self.log.read_share(position, self.until, BATCH, self.share)
+        return self.log.read_share(position, self.until, PAGE, self.share)
 
 
 def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Keys | None",

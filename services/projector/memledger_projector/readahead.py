@@ -7,6 +7,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from queue import Full, Queue
 
+PAGE = 5_000
+"""Events per read of the log."""
+
 Record = tuple[int, datetime, bytes]
 """A stored event as a fold needs it: (position, recorded_at, envelope JSON)."""
 

@@ -25,10 +25,10 @@ from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, StreamShare
 from memledger_projector import bulk, schema, store
-from memledger_projector.bulk import Open, RebuildStopped
+from memledger_projector.bulk import RebuildStopped
 from memledger_projector.fold_worker import Folded, FoldWorker
 from memledger_projector.projection import event_of
-from memledger_projector.readahead import Pages, ReadFailed, Record
+from memledger_projector.readahead import PAGE, Pages, ReadFailed, Record
 
 __all__ = ["BULK_EVENTS", "PARALLEL_FROM", "RebuildStopped", "Rebuilt", "model_hash",
            "rebuild", "routed_to_worker"]
@@ -36,7 +36,6 @@ __all__ = ["BULK_EVENTS", "PARALLEL_FROM", "RebuildStopped", "Rebuilt", "model_h
 Progress = Callable[[int, int], None]
 """Called with (position reached, target position)."""
 
-_BATCH = 5_000
 BULK_EVENTS = 500_000
 """How many positions of the log a rebuild folds in memory before writing (bounds its
 memory)."""
@@ -100,10 +99,10 @@ class _Log:
     """The log as the rebuild reads it: sealed, and how to open an event."""
 
     store: EventStore
-    opener: Open | None
+    opener: Opener | None
 
 
-def _sealed(event_store: EventStore) -> tuple[EventStore, Open | None]:
+def _sealed(event_store: EventStore) -> tuple[EventStore, Opener | None]:
     # Opening as the fold parses saves the opened store's parse and re-encoding of every
     # sealed event, and lets the fold worker open its own share.
     if isinstance(event_store, OpenedEventStore):
@@ -131,7 +130,7 @@ def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
                  progress: Progress | None) -> int:
     def pages(after: int) -> list[Record]:
         return [(e.position, e.recorded_at, e.data)
-                for e in log.store.read_all(after, _BATCH) if e.position <= until]
+                for e in log.store.read_all(after, PAGE) if e.position <= until]
 
     with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
             _stopping(loader):
@@ -142,12 +141,12 @@ def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
     return count
 
 
-def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Open | None,
+def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Opener | None,
                  target: str, until: int, progress: Progress | None) -> int | None:
     """Like ``_bulk_in_one``, with a worker process reading, folding and writing its share
     of the log meanwhile. ``None`` (nothing written) if an item turned up on both sides (its
     events were not all in one stream)."""
-    keys = opener.keys if isinstance(opener, Opener) else None
+    keys = opener.keys if opener is not None else None
     worker = FoldWorker(_conninfo(conn), target, log.address(), WORKER_SHARE, until, keys)
     mine = WORKER_SHARE.other()
     try:
@@ -155,7 +154,7 @@ def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Open | 
                 _stopping(loader):
             try:
                 count, last = _fold_log(
-                    loader, lambda after: log.read_share(after, until, _BATCH, mine), until,
+                    loader, lambda after: log.read_share(after, until, PAGE, mine), until,
                     progress)
             except RebuildStopped as stopped:
                 raise _earliest(stopped, worker) from stopped.__cause__
@@ -248,7 +247,7 @@ def _fill(conn: Connection[Any], log: _Log, target: str, until: int | None,
     end = until if until is not None else log.store.max_position()
     while True:
         after = store.read_checkpoint(conn, target).position
-        batch = log.store.read_all(after, _BATCH)
+        batch = log.store.read_all(after, PAGE)
         if until is not None:
             batch = [e for e in batch if e.position <= until]
         if not batch:
