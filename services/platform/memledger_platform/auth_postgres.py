@@ -9,6 +9,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_platform.auth import Gate, KeyRecord, KeyStore, issue
+from memledger_platform.pg_locks import creating, exclusively
 from memledger_platform.settings import Settings
 
 _TABLES = """
@@ -28,7 +29,8 @@ class PostgresKeyStore(KeyStore):
     def __init__(self, pool: ConnectionPool[Any], schema: str = "public") -> None:
         self._pool = pool
         self._s = sql.Identifier(schema)
-        with pool.connection() as conn:
+        # services starting together create these at once: one at a time (autocommit pool)
+        with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLES).format(s=self._s))
 
     def find(self, key_id: str) -> KeyRecord | None:

@@ -7,6 +7,8 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from memledger_platform.pg_locks import creating, exclusively
+
 _TABLE = """
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.memledger_consumer_positions (
@@ -18,7 +20,8 @@ class ConsumerPositions:
     def __init__(self, pool: ConnectionPool[Any], schema: str = "public") -> None:
         self._pool = pool
         self._s = sql.Identifier(schema)
-        with pool.connection() as conn:
+        # services starting together create these at once: one at a time (autocommit pool)
+        with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLE).format(s=self._s))
 
     def load(self, durable: str) -> int:

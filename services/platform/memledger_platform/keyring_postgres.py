@@ -11,6 +11,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_platform.crypto import Keyring, SubjectKey, new_key, unwrap, wrap
+from memledger_platform.pg_locks import creating, exclusively
 from memledger_platform.settings import Settings
 
 _TABLE = """
@@ -35,7 +36,8 @@ class PostgresKeyring(Keyring):
         self._master = master
         self._s = sql.Identifier(schema)
         self._cache: OrderedDict[str, bytes] = OrderedDict()
-        with pool.connection() as conn:
+        # services starting together create these at once: one at a time (autocommit pool)
+        with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLE).format(s=self._s))
 
     def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
