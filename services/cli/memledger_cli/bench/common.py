@@ -56,6 +56,11 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
                 _wait_healthy(url, proc, log_path)
                 yield Server(url, f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
                              f"nats://127.0.0.1:{ports['NATS']}", home)
+            except Exception:
+                # The server's data directory goes with it: its last words go to the terminal.
+                print(f"memledger bench: the server's log ended with:\n"
+                      f"{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+                raise
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)

@@ -198,9 +198,8 @@ async def _as_of_reads(http: aiohttp.ClientSession, items: list[str], last: int,
         valid_at, position = _probe(rng, last)
         item = rng.choice(items)
         started = time.perf_counter()
-        async with http.get(f"/v1/spaces/{SPACE}/items/{item}", params={
-                "valid_at": valid_at, "as_of_position": str(position)}) as response:
-            await response.read()
+        await _get(http, f"/v1/spaces/{SPACE}/items/{item}",
+                   {"valid_at": valid_at, "as_of_position": str(position)})
         latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
