@@ -198,8 +198,12 @@ async def _as_of_reads(http: aiohttp.ClientSession, items: list[str], last: int,
         valid_at, position = _probe(rng, last)
         item = rng.choice(items)
         started = time.perf_counter()
-        await _get(http, f"/v1/spaces/{SPACE}/items/{item}",
-                   {"valid_at": valid_at, "as_of_position": str(position)})
+        async with http.get(f"/v1/spaces/{SPACE}/items/{item}", params={
+                "valid_at": valid_at, "as_of_position": str(position)}) as response:
+            body = await response.read()
+            # 404 is an answer too: the item was not yet known at that position
+            if response.status not in (200, 404):
+                raise RuntimeError(f"as-of read -> {response.status}: {body[:300]!r}")
         latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
