@@ -63,7 +63,14 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
                 raise
             finally:
                 proc.terminate()
-                proc.wait(timeout=60)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:  # measured already: say so, and go on
+                    print(f"memledger bench: the server had not stopped 60 s after SIGTERM "
+                          f"and was killed; its log ended with:\n"
+                          f"{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+                    proc.kill()
+                    proc.wait()
 
 
 def _wait_healthy(url: str, proc: "subprocess.Popen[bytes]", log_path: Path) -> None:
