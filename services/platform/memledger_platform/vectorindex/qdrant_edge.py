@@ -30,13 +30,6 @@ log = logging.getLogger(__name__)
 
 DENSE, KEYWORDS = "dense", "keywords"
 _PAGE = 256
-MAX_SEGMENT_KB = 20_000
-"""Segments are merged up to ~13,000 points of 384 dimensions, not more: building a segment's
-HNSW graph holds the GIL, which stalls every request of the process (ingest and queries
-too), and Edge's default let merges grow a segment with the index, to 8-10 s a build at
-25,000 points (and a query 504 after 30 s while 25,000 embeddings arrived). Capped, a build
-stalls ~2-3 s, and building everything costs less (12 s for 40,000 points instead of 21 s
-for 25,000); a search visits more segments."""
 
 
 class QdrantEdgeVectorIndex(VectorIndex):
@@ -181,11 +174,9 @@ def _config(dims: int, *, vacuum_at_once: bool = False) -> qe.EdgeConfig:
         # erasure, whose points must leave the files (``_vacuum``). Otherwise Edge's defaults,
         # given explicitly: an unspecified setting would keep what the shard has persisted.
         optimizers=qe.EdgeOptimizersConfig(deleted_threshold=0.0001,
-                                           vacuum_min_vector_number=1,
-                                           max_segment_size=MAX_SEGMENT_KB)
+                                           vacuum_min_vector_number=1)
         if vacuum_at_once else qe.EdgeOptimizersConfig(deleted_threshold=0.2,
-                                                       vacuum_min_vector_number=1_000,
-                                                       max_segment_size=MAX_SEGMENT_KB),
+                                                       vacuum_min_vector_number=1_000),
         # No write-ahead log: it would keep erased payloads on disk until it rotates. The
         # projector flushes each batch before acknowledging it instead (``flush``), and an
         # unflushed batch is redelivered and rewritten (the writes are idempotent).
