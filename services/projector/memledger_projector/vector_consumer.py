@@ -23,7 +23,7 @@ from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
-from memledger_platform.vectorindex.port import VectorIndex
+from memledger_platform.vectorindex.port import IndexReopened, IndexUnavailable, VectorIndex
 from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
@@ -97,15 +97,28 @@ class VectorProjector:
         would redeliver it after later messages, and applying an item's older event after its
         newer ones would roll the newer back. A batch that skips messages resubscribes."""
         self._js = js
+        delay = 0.5
         while not stop.is_set():
-            sub = await self._subscribe(js)
             try:
-                await self._consume(sub, stop)
+                await self._subscribed(js, stop)
             except _OutOfOrder as gap:
                 log.warning("vector projector resubscribing: %s", gap)
-            finally:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+            except IndexReopened as lost:
+                log.warning("vector projector deriving again from its last flush: %s", lost)
+                self._forget_unflushed()
+            except IndexUnavailable as error:
+                log.warning("vector projector resubscribing in %.1fs: %s", delay, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    async def _subscribed(self, js: JetStreamContext, stop: asyncio.Event) -> None:
+        sub = await self._subscribe(js)
+        try:
+            await self._consume(sub, stop)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     async def _consume(self, sub: JetStreamContext.PullSubscription, stop: asyncio.Event
                        ) -> None:
@@ -123,6 +136,15 @@ class VectorProjector:
                 self._unoptimized = 0
                 await asyncio.to_thread(self._index.optimize)
         await self._flush()  # stopping: what was written is kept
+
+    def _forget_unflushed(self) -> None:
+        """The index lost what was written since the last flush: fold again from there
+        (``_subscribe`` starts after the last durable batch), reading items back from the
+        index. ``position`` stays where it was (it never goes back); until the log is folded
+        again up to it, a search may miss what the lost writes held."""
+        self._fold.forget()
+        self._written_seq = self._durable_seq
+        self._unoptimized = 0
 
     async def _flush(self) -> None:
         """Make the index durable up to the last batch written, then record that position:
@@ -190,6 +212,8 @@ class VectorProjector:
             try:
                 await asyncio.to_thread(self._write, upserts, gone)
                 return
+            except IndexReopened:
+                raise
             except Exception as error:  # the index is unavailable: keep the batch, retry
                 log.warning("vector projector retrying a write in %.1fs: %r", delay, error)
                 await asyncio.gather(*(m.in_progress() for m in msgs))

@@ -95,6 +95,12 @@ class VectorFold:
                 for _, point_id in item.rows:
                     self._dirty.pop(point_id, None)
 
+    def forget(self) -> None:
+        """Drop every item folded so far (the index lost writes: the log is folded again
+        from its last flush, and the items are read back from the index)."""
+        self._items.clear()
+        self._dirty, self._gone = {}, set()
+
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
         upserts, gone = list(self._dirty.values()), sorted(self._gone - set(self._dirty))

@@ -82,13 +82,13 @@ async def _replay(semantic: Semantic, tenant: str, record: RetrievalRecord) -> R
         body, granted = retrievals.search_request(record)
         at = await _basis(semantic, body)
         await _wait_read_model(semantic, body, at)
-        found = await asyncio.to_thread(_search, semantic, tenant, body, at, granted)
+        found = await semantic.run(_search, semantic, tenant, body, at, granted)
         shown = retrievals.shown_by_search(found)
     else:
         context = retrievals.context_request(record)
         at = await _basis(semantic, context)
         await _wait_read_model(semantic, context, at)
-        bundle = await asyncio.to_thread(_context, semantic, tenant, context, at)
+        bundle = await semantic.run(_context, semantic, tenant, context, at)
         shown = retrievals.shown_by_context(bundle)
     same, same_items, differences = retrievals.compare(record.results, shown)
     return ReplayAnswer(

@@ -7,12 +7,13 @@ ranking exactly. An audited call is recorded before it is answered (``retrievals
 """
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from fastapi import FastAPI
@@ -48,6 +49,11 @@ from memledger_query.semantic_dto import (
 )
 
 _QUERY_CACHE = 2_048
+SEARCH_THREADS = 4
+"""Searches and context packs answered at once (the vector index takes one call at a time;
+the rest of a search, ranking and feedback lookups, runs beside it)."""
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Progress(Protocol):
@@ -74,6 +80,14 @@ class Semantic:
             _QUERY_CACHE)(lambda text: tuple(self.embedder.embed_query(text)))
         # Query embeddings run beside the rest of a search (the model releases the GIL).
         self._embedding = ThreadPoolExecutor(2, "query-embedding")
+        # Searches wait on the vector index, which an HNSW build holds for seconds: in a
+        # pool of their own, they never hold the threads that reads and writes run in.
+        self._searching = ThreadPoolExecutor(SEARCH_THREADS, "search")
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn`` in the search pool (as ``asyncio.to_thread`` would, context and all)."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._searching, call)
 
     def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
@@ -112,8 +126,8 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
     try:
         at = await _basis(semantic, body)
         await _wait_read_model(semantic, body, at)
-        audit, body, answer = await asyncio.to_thread(_search_as_audited, semantic, tenant,
-                                                      body, at, granted, vector)
+        audit, body, answer = await semantic.run(_search_as_audited, semantic, tenant,
+                                                 body, at, granted, vector)
     finally:
         vector.cancel()  # unless under way (a refused request does not wait for it)
     if not audit:
@@ -129,7 +143,7 @@ async def answer_context(semantic: Semantic, tenant: str, actor: str, body: Cont
     await _wait_read_model(semantic, body, at)
     audit = await retrievals.wanted(semantic.reader, tenant, body.audit, [body.space_id])
     body = retrievals.pinned(body, at) if audit else body
-    answer = await asyncio.to_thread(_context, semantic, tenant, body, at)
+    answer = await semantic.run(_context, semantic, tenant, body, at)
     if not audit:
         return answer
     return await retrievals.record_context(semantic.recorder, tenant, actor, body, answer,

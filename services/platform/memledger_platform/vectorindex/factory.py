@@ -1,6 +1,7 @@
-"""The vector index the settings ask for: Qdrant Edge under the data directory (embedded), or
-a Qdrant server (``MEMLEDGER_QDRANT_URL``). One index per embedding model: vectors of two
-models cannot be compared, so changing the model starts a new index, filled from the log."""
+"""The vector index the settings ask for: Qdrant Edge under the data directory, in a process
+of its own (embedded), or a Qdrant server (``MEMLEDGER_QDRANT_URL``). One index per embedding
+model: vectors of two models cannot be compared, so changing the model starts a new index,
+filled from the log."""
 
 import re
 
@@ -21,6 +22,7 @@ def open_index(settings: Settings, model_id: str, dims: int) -> VectorIndex:
 
         return QdrantServerVectorIndex(QdrantClient(url=settings.qdrant_url),
                                        f"{settings.qdrant_collection}-{slug}", dims)
-    from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+    from memledger_platform.vectorindex.process import ProcessVectorIndex
 
-    return QdrantEdgeVectorIndex(settings.home.expanduser() / "vectors" / slug, dims)
+    return ProcessVectorIndex(settings.home.expanduser() / "vectors" / slug, dims,
+                              log_level=settings.log_level, log_format=settings.log_format)

@@ -90,6 +90,16 @@ class Hit:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+class IndexUnavailable(Exception):
+    """The index's engine cannot be reached now; a later call may succeed."""
+
+
+class IndexReopened(Exception):
+    """The index's engine stopped and was started again: what was written since the last
+    ``flush`` may be lost. Raised once, by the next call of a writer (not by searches), so
+    that the writer writes again what it wrote since its last flush."""
+
+
 class VectorIndex(ABC):
     @abstractmethod
     def upsert(self, points: Sequence[IndexedPoint]) -> None:

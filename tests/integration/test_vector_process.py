@@ -1,0 +1,248 @@
+"""The embedded vector index in a process of its own (``ProcessVectorIndex``): the VectorIndex
+contract, errors and restarts across the pipe, and the reason it exists: an HNSW build in the
+index's process leaves this process's threads running. Then the vector projector's side of a
+restart: what the index lost since its last flush is derived again from the log."""
+
+import asyncio
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from psycopg_pool import ConnectionPool
+
+from memledger_enricher.embedding import HashingEmbedder
+from memledger_ingest.bootstrap import Endpoints
+from memledger_ingest.relay import Relay
+from memledger_ingest.writer import GroupCommitWriter
+from memledger_platform.consumer_positions import ConsumerPositions
+from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.vectorindex import process
+from memledger_platform.vectorindex.memory import InMemoryVectorIndex
+from memledger_platform.vectorindex.port import (
+    OPEN,
+    IndexedPoint,
+    IndexReopened,
+    IndexUnavailable,
+    Scope,
+    VectorIndex,
+)
+from memledger_platform.vectorindex.process import ProcessVectorIndex, VectorProcessEnded
+from memledger_projector.vector_consumer import DURABLE, VectorProjector
+from memledger_schemas import commands as c
+from memledger_schemas.subjects import Subjects
+from tests.support import eventually
+from tests.unit.test_vector_index import NOW, VectorIndexContract, X, Y, ids, now, point
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
+    made = ProcessVectorIndex(tmp_path / "vectors", dims=3)
+    yield made
+    made.close()
+
+
+class TestInItsOwnProcess(VectorIndexContract):
+    @pytest.fixture
+    def index(self, index: ProcessVectorIndex) -> VectorIndex:
+        return index
+
+
+def test_an_engine_error_comes_back_as_raised_and_the_process_goes_on_serving(
+        index: ProcessVectorIndex) -> None:
+    index.upsert([point("1")])
+    with pytest.raises(Exception, match="dim"):
+        index.search([1.0, 0.0], now(), 5)
+    assert ids(index, now()) == ["1"]
+
+
+def test_a_shard_opened_again_after_close_keeps_what_was_written(tmp_path: Path) -> None:
+    first = ProcessVectorIndex(tmp_path / "vectors", dims=3)
+    first.upsert([point("1"), point("2", vector=Y)])
+    first.close()
+    first.close()  # twice is harmless
+    with pytest.raises(VectorProcessEnded):
+        first.count()
+    again = ProcessVectorIndex(tmp_path / "vectors", dims=3)
+    try:
+        assert again.count() == 2
+        assert ids(again, now(), Y)[0] == "2"
+    finally:
+        again.close()
+
+
+def test_a_shard_that_cannot_open_says_why(tmp_path: Path) -> None:
+    (tmp_path / "vectors").write_text("not a directory")
+    with pytest.raises(FileExistsError):
+        ProcessVectorIndex(tmp_path / "vectors", dims=3)
+
+
+def test_after_the_process_dies_a_search_starts_it_again_and_the_next_write_is_told(
+        index: ProcessVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    index.upsert([point("1")])
+    index.flush()
+    index.upsert([point("2")])  # not flushed: may be lost with the process
+    os.kill(index._process.pid, signal.SIGKILL)
+    index._process.wait()
+    with pytest.raises(VectorProcessEnded, match="exit code -9"):
+        index.search(X, now(), 5)  # too soon after its start to start it again
+    monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
+    assert "1" in ids(index, now())  # reads are answered by the new process
+    with pytest.raises(IndexReopened):
+        index.upsert([point("3")])
+    index.upsert([point("3")])  # told once; the writer writes again what it wrote
+    assert "3" in ids(index, now())
+
+
+def test_while_the_index_builds_its_graph_this_process_keeps_running(
+        tmp_path: Path) -> None:
+    # 8,000 points of 384 dimensions pass Edge's indexing threshold (10 MB), so ``optimize``
+    # builds an HNSW graph: seconds in which an in-process shard holds the GIL throughout.
+    dims, count = 384, 8_000
+    index = ProcessVectorIndex(tmp_path / "vectors", dims=dims)
+    rng = random.Random(7)
+    payload = {"tenant": "acme", "space": "s", "kind": "fact", "tags": [], "item_id": "1",
+               "valid_from": 0.0, "valid_to": OPEN, "sys_from": 1, "sys_to": OPEN}
+    try:
+        for start in range(0, count, 1_000):
+            index.upsert([IndexedPoint(str(uuid.UUID(int=n + 1)),
+                                       [rng.random() for _ in range(dims)], payload)
+                          for n in range(start, start + 1_000)])
+        ticks, done = 0, threading.Event()
+
+        def tick() -> None:
+            nonlocal ticks
+            while not done.wait(0.01):
+                ticks += 1
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        started = time.monotonic()
+        index.optimize()
+        took = time.monotonic() - started
+        done.set()
+        ticker.join()
+        # In process: 2 ticks in a 1.8 s build. Here the ticker runs all along (180 ticks).
+        assert ticks >= int(took / 0.01) // 4, (ticks, took)
+        assert len(index.search([1.0] * dims, Scope("acme", NOW), 5)) == 5
+    finally:
+        index.close()
+
+
+class LosingIndex(InMemoryVectorIndex):
+    """An index whose engine can die during a flush, losing what was written since the last
+    one, and come back: the next call of a writer is then told so (``IndexReopened``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._flushed: dict[str, IndexedPoint] = {}
+        self.hold: threading.Event | None = None
+        self.flushing = threading.Event()
+        self._dead = self._reopened = False
+
+    def die_and_come_back(self) -> None:
+        self._points, self._dead, self._reopened = dict(self._flushed), True, True
+        assert self.hold is not None
+        self.hold.set()
+
+    def flush(self) -> None:
+        if self.hold is not None:
+            self.flushing.set()
+            assert self.hold.wait(20), "the test never let the flush end"
+            self.hold = None
+        if self._dead:
+            self._dead = False
+            raise IndexUnavailable("the engine died while flushing")
+        self._flushed = dict(self._points)
+
+    def upsert(self, points: Sequence[IndexedPoint]) -> None:
+        self._told()
+        super().upsert(points)
+
+    def count(self) -> int:
+        self._told()
+        return super().count()
+
+    def _told(self) -> None:
+        if self._reopened:
+            self._reopened = False
+            raise IndexReopened("restarted")
+
+
+async def _assert_and_relay(writer: GroupCommitWriter, relay: Relay, first: int) -> None:
+    for n in range(first, first + 6):
+        await writer.submit("acme", [c.AssertMemory(space_id="main", kind="fact",
+                                                    content=f"fact number {n}")])
+    while await relay.relay_once():
+        pass
+
+
+async def test_a_projector_whose_index_lost_its_unflushed_writes_derives_them_again(
+        engines: Endpoints, pg_schema: str, event_store: PostgresEventStore,
+        subjects: Subjects, nats_js: tuple[Client, JetStreamContext]) -> None:
+    _, js = nats_js
+    writer = GroupCommitWriter(event_store)
+    writer.start()
+    relay = Relay(event_store, js, subjects)
+    relay.cursor = await relay.resume()
+    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        engines.postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
+    index, stop = LosingIndex(), asyncio.Event()
+    positions = ConsumerPositions(pool, pg_schema)
+    vectors = VectorProjector(subjects, index, HashingEmbedder.model_id, batch=4,
+                              positions=positions)
+    running = asyncio.create_task(vectors.run(js, stop))
+    try:
+        await writer.submit("acme", [c.CreateSpace(space_id="main")])
+        await _assert_and_relay(writer, relay, 0)
+        flushed = (await js.stream_info(subjects.events_stream)).state.last_seq
+
+        async def durable_at(seq: int) -> None:
+            assert await asyncio.to_thread(positions.load, DURABLE) == seq
+
+        await eventually(lambda: durable_at(flushed), timeout=20)
+        index.hold = threading.Event()  # the next flush waits: the engine dies during it
+        await _assert_and_relay(writer, relay, 6)
+        assert await asyncio.to_thread(index.flushing.wait, 20)
+        last = event_store.max_position()
+        assert vectors.position == last
+        assert len(_everything(index)) == 12
+        index.die_and_come_back()
+        assert len(_everything(index)) == 6
+
+        async def whole_again() -> None:
+            assert len(_everything(index)) == 12
+            await durable_at((await js.stream_info(subjects.events_stream)).state.last_seq)
+
+        await eventually(whole_again, timeout=30)
+        assert vectors.position == last  # it never went back
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 20)
+        writer.stop()
+        pool.close()
+    # The same points as a projector that never lost anything.
+    fresh, stop = InMemoryVectorIndex(), asyncio.Event()
+    reference = VectorProjector(subjects, fresh, HashingEmbedder.model_id, durable="reference")
+    again = asyncio.create_task(reference.run(js, stop))
+    await eventually(lambda: _at(reference, last), timeout=20)
+    stop.set()
+    await asyncio.wait_for(again, 20)
+    assert _everything(fresh) == _everything(index)
+
+
+def _everything(index: InMemoryVectorIndex) -> dict[str, IndexedPoint]:
+    return dict(index._points)
+
+
+async def _at(projector: VectorProjector, position: int) -> None:
+    assert projector.position == position
