@@ -9,6 +9,7 @@ thread that started them, which their parent-death signal is tied to.
 """
 
 import base64
+import contextlib
 import os
 import secrets
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+import psutil
 
 from memledger_platform.engines import (
     EmbeddedNats,
@@ -125,6 +127,24 @@ class Cluster:
             assert time.monotonic() < deadline, f"{service} is not running\n{self.logs()}"
             time.sleep(0.1)
         proc.send_signal(signal.SIGKILL)
+
+    def kill_child(self, service: str, module: str) -> None:
+        """kill -9 the child process of ``service`` that runs ``module``; the service starts
+        it again when it next needs it."""
+        deadline = time.monotonic() + 120
+        while not (found := self._child(service, module)):
+            assert time.monotonic() < deadline, f"{service} runs no {module}\n{self.logs()}"
+            time.sleep(0.1)
+        found[0].kill()
+
+    def _child(self, service: str, module: str) -> list[psutil.Process]:
+        proc = self._running(service)
+        if proc is None:
+            return []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return [child for child in psutil.Process(proc.pid).children()
+                    if module in child.cmdline()]
+        return []
 
     def _running(self, service: str) -> "subprocess.Popen[bytes] | None":
         with self._lock:
