@@ -37,6 +37,7 @@ from memledger_platform.vectorindex.port import (
     VectorIndex,
 )
 from memledger_platform.vectorindex.process import ProcessVectorIndex, VectorProcessEnded
+from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex, ShardInUse
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
@@ -84,6 +85,21 @@ def test_a_shard_that_cannot_open_says_why(tmp_path: Path) -> None:
     (tmp_path / "vectors").write_text("not a directory")
     with pytest.raises(FileExistsError):
         ProcessVectorIndex(tmp_path / "vectors", dims=3)
+
+
+def test_a_shard_held_by_another_process_is_not_opened_until_let_go(tmp_path: Path) -> None:
+    held = ProcessVectorIndex(tmp_path / "vectors", dims=3)
+    try:
+        held.upsert([point("1")])
+        with pytest.raises(ShardInUse, match="held by another process"):
+            QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3, lock_seconds=0.3)
+    finally:
+        held.close()
+    again = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=3, lock_seconds=0.3)
+    try:
+        assert again.count() == 1
+    finally:
+        again.close()
 
 
 def test_after_the_process_dies_a_search_starts_it_again_and_the_next_write_is_told(

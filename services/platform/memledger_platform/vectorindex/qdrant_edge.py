@@ -1,11 +1,13 @@
 """``VectorIndex`` on Qdrant Edge (``qdrant-edge-py``): the Qdrant engine in process, HNSW for
 the dense vector and an inverted index with IDF for the keywords, under a directory of its own."""
 
+import fcntl
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import qdrant_edge as qe
 
@@ -32,14 +34,27 @@ DENSE, KEYWORDS = "dense", "keywords"
 _PAGE = 256
 
 
+LOCK_SECONDS = 30.0
+"""How long opening a shard waits for another process to let go of it."""
+
+
+class ShardInUse(RuntimeError):
+    """Another process holds the shard."""
+
+
 class QdrantEdgeVectorIndex(VectorIndex):
-    def __init__(self, path: Path, dims: int) -> None:
+    def __init__(self, path: Path, dims: int, *, lock_seconds: float = LOCK_SECONDS) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self._path, self._dims = str(path), dims
-        # Load what is there, else create: falling back to create after any failed load would
-        # bury the real error (an incompatible shard) under "path has segments".
-        opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
-        self._shard = opened(self._path, _config(dims))
+        self._held = _hold(path, lock_seconds)
+        try:
+            # Load what is there, else create: falling back to create after any failed load
+            # would bury the real error (an incompatible shard) under "path has segments".
+            opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
+            self._shard = opened(self._path, _config(dims))
+        except BaseException:
+            self._held.close()
+            raise
         # Every call holds the GIL, so this lock costs no parallelism; it keeps callers off
         # the shard while an erasure reopens it.
         self._lock = threading.Lock()
@@ -120,8 +135,11 @@ class QdrantEdgeVectorIndex(VectorIndex):
             if self._closed:  # closing twice is harmless (a test may close before its fixture)
                 return
             self._closed = True
-            self._shard.flush()
-            self._shard.close()
+            try:
+                self._shard.flush()
+                self._shard.close()
+            finally:
+                self._held.close()  # the shard's files are let go of: another may open them
 
     def _vacuum(self) -> None:
         """Rewrite every segment that holds a deleted point, so erased payloads leave the
@@ -221,3 +239,22 @@ def _condition(c: Condition) -> qe.FieldCondition:
         return qe.FieldCondition(key=c.key, match=qe.MatchAny(c.value))
     bound = qe.RangeFloat(lte=c.value) if c.op == "lte" else qe.RangeFloat(gt=c.value)
     return qe.FieldCondition(key=c.key, range=bound)
+
+
+def _hold(path: Path, seconds: float) -> IO[bytes]:
+    """An exclusive lock on the shard at ``path`` (on ``<path>.lock`` beside it), waiting up to
+    ``seconds`` for another holder. Edge takes none, and two processes writing one shard would
+    corrupt it: a query service started again can open it while the index process of the one
+    before is still closing it."""
+    handle = path.with_name(path.name + ".lock").open("ab")
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise ShardInUse(f"the vector index at {path} is held by another process "
+                                 f"(waited {seconds:g} s); stop it first") from None
+            time.sleep(0.1)
