@@ -113,7 +113,8 @@ def add_routes(app: FastAPI, semantic: Semantic) -> None:
         _allowed(who, [body.space_id], "body.space_id")
         return _json(await answer_context(semantic, who.tenant, _actor(who), body))
 
-    vector_summary.add_route(app, semantic.index, semantic.progress, semantic.reader)
+    vector_summary.add_route(app, semantic.index, semantic.progress, semantic.reader,
+                             semantic.run)
 
 
 async def answer_search(semantic: Semantic, tenant: str, actor: str, body: SearchRequest,

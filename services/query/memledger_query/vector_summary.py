@@ -12,9 +12,8 @@ digests only, no content. It lists the tenant's items from the PostgreSQL read m
 each item's points, so points of an item that model lacks are not counted.
 """
 
-import asyncio
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Protocol
@@ -129,7 +128,10 @@ class VectorSummary(BaseModel):
     spaces: list[SpaceSummary]
 
 
-def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Reader) -> None:
+def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Reader,
+              run: Callable[..., Awaitable[Digests]]) -> None:
+    """``run(fn, *args)``: where the index is read (the search pool: a graph build holds the
+    index for seconds, and every item's points are read here)."""
     @app.get(SUMMARY_PATH, response_model=VectorSummary)
     async def vectors_summary(
             as_of_position: Annotated[int | None, Query(ge=0)] = None,
@@ -142,7 +144,7 @@ def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Read
         at = progress.position if as_of_position is None else as_of_position
         if at > progress.position:
             await progress.wait_for(at, wait_ms / 1000)
-        found = await asyncio.to_thread(_tenant_digests, index, reader, who.tenant, at)
+        found = await run(_tenant_digests, index, reader, who.tenant, at)
         return VectorSummary(
             tenant=who.tenant, as_of_position=at, projected_position=progress.position,
             spaces=[SpaceSummary(space_id=space, points=d.points, current=d.current,
