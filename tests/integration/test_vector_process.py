@@ -111,6 +111,8 @@ def test_after_the_process_dies_a_search_starts_it_again_and_the_next_write_is_t
     index._process.wait()
     with pytest.raises(VectorProcessEnded, match="exit code -9"):
         index.search(X, now(), 5)  # too soon after its start to start it again
+    with pytest.raises(VectorProcessEnded):
+        index.search(X, now(), 5)  # the pipe is not read again
     monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
     assert "1" in ids(index, now())  # reads are answered by the new process
     with pytest.raises(IndexReopened):
@@ -262,3 +264,30 @@ def _everything(index: InMemoryVectorIndex) -> dict[str, IndexedPoint]:
 
 async def _at(projector: VectorProjector, position: int) -> None:
     assert projector.position == position
+
+
+def test_a_call_interrupted_half_way_leaves_the_shard_to_a_new_process(
+        index: ProcessVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    index.upsert([point("1")])
+    index.flush()
+
+    def interrupted(stream: Any) -> Any:
+        raise KeyboardInterrupt  # as a signal would, between the request and its answer
+
+    monkeypatch.setattr(process, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        index.count()
+    monkeypatch.undo()
+    monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
+    # The old process still runs and holds the shard: it is ended, not waited on for 30 s.
+    assert ids(index, now()) == ["1"]
+
+
+def test_closing_an_index_whose_process_died_mid_call_is_harmless(tmp_path: Path) -> None:
+    index = ProcessVectorIndex(tmp_path / "vectors", dims=3)
+    os.kill(index._process.pid, signal.SIGKILL)
+    index._process.wait()
+    with pytest.raises(VectorProcessEnded):
+        index.upsert([point("1")])
+    index.close()
+    index.close()

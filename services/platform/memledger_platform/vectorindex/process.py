@@ -145,6 +145,7 @@ class ProcessVectorIndex(VectorIndex):
             raise self._ended()
         log.warning("the vector index process ended (exit code %s): starting it again",
                     self._process.poll())
+        self._end()  # one left half-way in a call, alive, lets go of the shard first
         self._start()
         self._reopened = True
 
@@ -183,7 +184,9 @@ class ProcessVectorIndex(VectorIndex):
         self._broken = True
         for stream in (self._process.stdin, self._process.stdout):
             if stream is not None:
-                stream.close()
+                # a request still buffered for a process that is gone cannot be flushed
+                with contextlib.suppress(OSError):
+                    stream.close()
         try:
             self._process.wait(timeout=60)
         except subprocess.TimeoutExpired:
