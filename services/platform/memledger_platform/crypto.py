@@ -12,6 +12,7 @@ before it is stored or published; destroying the key erases it everywhere the lo
 """
 
 import base64
+import binascii
 import os
 import re
 from abc import ABC, abstractmethod
@@ -106,20 +107,28 @@ def is_sealed(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+"""``base64.urlsafe_b64decode``'s alphabet, for ``binascii`` (a third of its time)."""
+
+
 def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None]
                   ) -> dict[str, Any]:
     """The event document with its sealed fields opened, or replaced by their placeholders
     when the key is gone. Unsealed documents are returned as they are."""
     payload = document.get("payload")
-    fields = PERSONAL.get(document.get("event_type", ""), {})
-    if not isinstance(payload, dict) or not any(is_sealed(payload.get(f)) for f in fields):
+    fields = PERSONAL.get(document.get("event_type", ""))
+    if fields is None or not isinstance(payload, dict):
         return document
-    opened = dict(payload)
+    # One pass, copying the payload only once a sealed field turns up: a rebuild opens every
+    # event of the log (this took a quarter less time than a check, then a second pass).
+    opened: dict[str, Any] | None = None
     for name, placeholder in fields.items():
-        if is_sealed(payload.get(name)):
-            opened[name] = _open(payload[name], f"{document['event_id']}/{name}", key_of,
-                                 placeholder)
-    return {**document, "payload": opened}
+        value = payload.get(name)
+        if isinstance(value, str) and value.startswith(PREFIX):
+            if opened is None:
+                opened = dict(payload)
+            opened[name] = _open(value, f"{document['event_id']}/{name}", key_of, placeholder)
+    return document if opened is None else {**document, "payload": opened}
 
 
 def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any) -> Any:
@@ -127,7 +136,7 @@ def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placehold
     key = key_of(key_id)
     if key is None:
         return placeholder
-    raw = base64.urlsafe_b64decode(box + "=" * (-len(box) % 4))
+    raw = binascii.a2b_base64(box.encode().translate(_FROM_URLSAFE) + b"=" * (-len(box) % 4))
     return orjson.loads(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
 
 
