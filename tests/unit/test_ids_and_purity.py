@@ -1,7 +1,9 @@
-"""UUIDv7 ids, and the architecture rule that the write-side domain imports no drivers."""
+"""UUIDv7 ids, and architecture rules: the write-side domain imports no drivers; the fold
+worker imports no event store."""
 
 import ast
 import itertools
+import subprocess
 import sys
 import threading
 import time
@@ -128,3 +130,19 @@ def test_the_purity_check_catches_a_driver_or_platform_import(source: str) -> No
 ])
 def test_the_purity_check_lets_the_allowed_imports_through(source: str) -> None:
     assert forbidden_imports(source) == []
+
+
+# --- the rebuild's fold worker starts light ------------------------------------------------
+
+
+def test_the_fold_worker_imports_neither_the_event_store_nor_the_event_schemas() -> None:
+    # It is started for every parallel rebuild, and begins folding only once imported:
+    # the store's imports (eventsourcing, pydantic and the schemas) were half its start.
+    heavy = ("eventsourcing", "pydantic", "memledger_schemas", "memledger_platform.eventstore")
+    probe = ("import sys, memledger_projector.fold_worker; "
+             f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))")
+
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True).stdout.strip()
+
+    assert found == "[]"

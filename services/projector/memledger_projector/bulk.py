@@ -16,9 +16,10 @@ from typing import Any, Self
 
 from psycopg import Connection, Copy
 
+from memledger_platform.logshare import Record
 from memledger_projector import copytext, store
 from memledger_projector.projection import Key, Projection, event_of
-from memledger_projector.readahead import Pages, Record, read_ahead
+from memledger_projector.readahead import Pages, read_ahead
 
 Open = Callable[[dict[str, Any]], dict[str, Any]]
 """Opens the sealed fields of a parsed event document (``crypto.Opener``)."""

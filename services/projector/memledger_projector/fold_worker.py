@@ -35,11 +35,11 @@ from typing import IO, Any
 import psycopg
 
 from memledger_platform.crypto import open_document, sealed_key_ids
-from memledger_platform.eventstore.postgres import Address, PostgresEventStore, StreamShare
+from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_projector import store
 from memledger_projector.bulk import Loader, RebuildStopped, cycle_collector_paused, fold_pages
 from memledger_projector.projection import Key
-from memledger_projector.readahead import PAGE, ReadFailed, Record
+from memledger_projector.readahead import PAGE, ReadFailed
 
 KeysOf = Callable[[Collection[str]], dict[str, bytes | None]]
 """The subject keys with these ids (``None``: destroyed): ``crypto.Opener.keys``."""
@@ -186,13 +186,10 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     try:
         conninfo, target, log, share, until, sealed, key_pipes = _read(requests)
         keys = _Keys(*key_pipes) if sealed else None
-        event_store = PostgresEventStore.at(log)
-        try:
-            with psycopg.connect(conninfo, autocommit=True) as conn, cycle_collector_paused():
-                store.tune(conn)
-                _load(conn, target, _Share(event_store, share, until), keys, requests, reply)
-        finally:
-            event_store.close()
+        with psycopg.connect(log.conninfo, autocommit=True) as reading, \
+                psycopg.connect(conninfo, autocommit=True) as conn, cycle_collector_paused():
+            store.tune(conn)
+            _load(conn, target, _Share(reading, log, share, until), keys, requests, reply)
     except EOFError:
         return  # the rebuild ended the conversation (it failed): roll back and end quietly
     except ReadFailed as failed:
@@ -207,12 +204,14 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
 class _Share:
     """The worker's share of the log."""
 
-    log: PostgresEventStore
+    conn: psycopg.Connection[Any]
+    log: Address
     share: StreamShare
     until: int
 
     def after(self, position: int) -> list[Record]:
-        return self.log.read_share(position, self.until, PAGE, self.share)
+        return read_share(self.conn, self.log.schema, self.log.table, position, self.until,
+                          PAGE, self.share)
 
 
 def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Keys | None",

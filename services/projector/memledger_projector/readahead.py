@@ -4,14 +4,12 @@ this one (the store's query and the transfer then cost the fold no time)."""
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from queue import Full, Queue
+
+from memledger_platform.logshare import Record
 
 PAGE = 5_000
 """Events per read of the log."""
-
-Record = tuple[int, datetime, bytes]
-"""A stored event as a fold needs it: (position, recorded_at, envelope JSON)."""
 
 Pages = Callable[[int], list[Record]]
 """The page of the log after a position (in position order; empty: nothing is left)."""

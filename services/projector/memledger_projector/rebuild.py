@@ -23,12 +23,13 @@ from psycopg.conninfo import make_conninfo
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.opened import OpenedEventStore
-from memledger_platform.eventstore.postgres import PostgresEventStore, StreamShare
+from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.logshare import Record, StreamShare
 from memledger_projector import bulk, schema, store
 from memledger_projector.bulk import RebuildStopped
 from memledger_projector.fold_worker import Folded, FoldWorker
 from memledger_projector.projection import event_of
-from memledger_projector.readahead import PAGE, Pages, ReadFailed, Record
+from memledger_projector.readahead import PAGE, Pages, ReadFailed
 
 __all__ = ["BULK_EVENTS", "PARALLEL_FROM", "RebuildStopped", "Rebuilt", "model_hash",
            "rebuild", "routed_to_worker"]

@@ -10,8 +10,6 @@ steps back), and the idempotency records. See docs/adr/0002-event-store.md.
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any, Self
 from uuid import UUID
 
@@ -20,7 +18,7 @@ import psycopg
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import DictRow, tuple_row
+from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
 from memledger_platform.eventstore.port import (
@@ -33,6 +31,7 @@ from memledger_platform.eventstore.port import (
     RecordedEvent,
     StreamConflict,
 )
+from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_platform.pg_locks import creating, exclusively
 from memledger_schemas.envelope import EventEnvelope
 
@@ -116,36 +115,6 @@ def datastore_from_dsn(dsn: str, *, schema: str = "", pool_size: int = 4) -> Pos
         schema=schema, connect_timeout=10.0)
 
 
-@dataclass(frozen=True)
-class StreamShare:
-    """Part of the log, split by stream so that a stream's events are all on one side: the
-    events whose type starts with ``prefix`` and whose stream id's last byte, modulo
-    ``modulus``, is below ``below``; or, with ``rest``, every other event."""
-
-    prefix: str
-    modulus: int
-    below: int
-    rest: bool = False
-
-    def holds(self, stream_id: UUID, event_type: str) -> bool:
-        inside = (event_type.startswith(self.prefix)
-                  and stream_id.bytes[15] % self.modulus < self.below)
-        return inside != self.rest
-
-    def other(self) -> "StreamShare":
-        """Every event this share does not hold."""
-        return replace(self, rest=not self.rest)
-
-
-@dataclass(frozen=True)
-class Address:
-    """Where a ``PostgresEventStore`` is, for another process to open it (``at``)."""
-
-    conninfo: str
-    schema: str
-    table: str
-
-
 class PostgresEventStore(EventStore):
     """The system of record. Thread-safe: the pool hands each call its own connection."""
 
@@ -163,6 +132,8 @@ class PostgresEventStore(EventStore):
                    address.table)
 
     def address(self) -> Address:
+        """Where this store's log is, for another process to open it (``at``) or read it
+        (``logshare.read_share``)."""
         with self._datastore.get_connection() as conn:
             conninfo = make_conninfo(conn.info.dsn, password=conn.info.password or None)
         return Address(conninfo, self._datastore.schema, self._table_name)
@@ -207,21 +178,12 @@ class PostgresEventStore(EventStore):
         return list(self._select(query, (after, limit)))
 
     def read_share(self, after: int, until: int, limit: int, share: StreamShare
-                   ) -> list[tuple[int, datetime, bytes]]:
-        """Like ``read_all``, of the events of ``share`` up to position ``until`` only (the
-        server leaves the others out: two processes can each read their own share), each as
-        (position, recorded_at, data): a rebuild needs no more, and reading only these, as
-        tuples, takes half the time (~0.6 s for 110,000 events instead of ~1.3)."""
-        inside = SQL("(topic LIKE %s AND get_byte(uuid_send(originator_id), 15) %% %s < %s)")
-        query = SQL("SELECT notification_id, recorded_at, state FROM {0}.{1} WHERE "
-                    "notification_id > %s AND notification_id <= %s AND {side}{inside} "
-                    "ORDER BY notification_id LIMIT %s").format(
-            *self._table, inside=inside, side=SQL("NOT " if share.rest else ""))
-        prefix = share.prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        with self._datastore.get_connection() as conn, conn.cursor(
-                binary=True, row_factory=tuple_row) as curs:
-            curs.execute(query, (after, until, f"{prefix}%", share.modulus, share.below, limit))
-            return curs.fetchall()
+                   ) -> list[Record]:
+        """Like ``read_all``, of the events of ``share`` up to position ``until`` only, each
+        as (position, recorded_at, data): ``logshare.read_share``."""
+        with self._datastore.get_connection() as conn:
+            return read_share(conn, self._datastore.schema, self._table_name, after, until,
+                              limit, share)
 
     def max_position(self) -> int:
         return self._recorder.max_notification_id() or 0
