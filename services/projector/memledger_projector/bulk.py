@@ -1,20 +1,21 @@
 """A rebuild's bulk load: part of the log (or all of it) folded in memory and loaded into an
 empty projection schema, in the caller's transaction.
 
-The change log is COPYed batch by batch as it is folded, so the server parses it while the
-fold goes on; every other table is one COPY once the fold is complete (a row is final only
-then). Used by the rebuild itself and by its fold worker (``fold_worker``), each on its own
-connection and its own part of the log.
+Every table but the change log is one COPY once the fold is complete (a row is final only
+then). The change log's lines are made as the fold goes, and kept: the rebuild COPYs them
+later, on a connection of its own, while its main connection builds the item indexes (the
+fold keeps both cores busy; the index phase leaves one idle). Used by the rebuild itself and
+by its fold worker (``fold_worker``), each on its own connection and its own part of the log.
 """
 
 import gc
+import heapq
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from psycopg import Connection, Copy
+from psycopg import Connection
 
 from memledger_platform.logshare import Record
 from memledger_projector import copytext, store
@@ -37,45 +38,32 @@ class RebuildStopped(Exception):
 
 class Loader:
     """Folds batches into a fresh ``Projection`` and loads it into ``target`` (empty) over
-    ``conn``, inside the caller's transaction; use as a context manager. ``opener`` opens
-    each event's sealed fields as it is parsed (none: the records come opened)."""
+    ``conn``, inside the caller's transaction. ``opener`` opens each event's sealed fields as
+    it is parsed (none: the records come opened)."""
 
     def __init__(self, conn: Connection[Any], target: str, opener: Open | None = None
                  ) -> None:
         self.conn, self.target, self.opener = conn, target, opener
         self.projection = Projection(keep_changes=False)
+        self.change_log: list[tuple[int, bytes]] = []
+        """The change log's lines of the batches folded so far: one chunk per batch, with
+        the position of the batch's first record."""
         self.reached = 0
         """The last position of the batches folded so far (whichever part of them)."""
-        self._log_open = ExitStack()
-        self._log: Copy | None = None
-
-    def __enter__(self) -> Self:
-        self._log = self._log_open.enter_context(copytext.copy_into(
-            self.conn, self.target, "changes", copytext.CHANGE_COLUMNS))
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self._log_open.__exit__(kind, error, traceback)
 
     def fold(self, first: int, last: int, records: Sequence[Record]) -> None:
         """Fold ``records`` (part or all of the batch of positions ``first``..``last``, in
-        position order) and send their change-log lines."""
-        assert self._log is not None, "fold inside the with block"
+        position order) and make their change-log lines."""
         try:
             events = [event_of(*record, self.opener) for record in records]
             for event in events:
                 self.projection.apply(event)
-            lines = b"".join([copytext.change_line(e) for e in events])
+            if events:
+                self.change_log.append(
+                    (events[0].position, b"".join([copytext.change_line(e) for e in events])))
         except Exception as error:
             raise RebuildStopped(first, last, error) from error
-        self._log.write(lines)
         self.reached = last
-
-    def end_log(self) -> None:
-        """Finish the change log's COPY (the other tables can be written only after it)."""
-        self._log_open.close()
-        self._log = None
 
     def item_keys(self) -> set[Key]:
         """The items this part holds, to check two parts never fold the same item."""
@@ -91,9 +79,19 @@ class Loader:
                     or p.entities or p.relations)
 
     def write(self) -> None:
-        """Write every table but the change log (ends it first if still open)."""
-        self.end_log()
+        """Write every table but the change log (``write_change_log``)."""
         store.write_rows(self.conn, self.target, self.projection)
+
+
+def write_change_log(conn: Connection[Any], target: str, *parts: list[tuple[int, bytes]]
+                     ) -> None:
+    """COPY the change-log lines of ``parts`` (each a ``Loader.change_log``) into ``target``,
+    in ``conn``'s current transaction: chunk by chunk in position order, so the table's rows
+    lie about in the order a feed reads them."""
+    chunks = heapq.merge(*parts, key=lambda chunk: chunk[0])
+    with copytext.copy_into(conn, target, "changes", copytext.CHANGE_COLUMNS) as copy:
+        for _, lines in chunks:
+            copy.write(lines)
 
 
 def fold_pages(loader: Loader, pages: Pages,

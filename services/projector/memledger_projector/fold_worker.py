@@ -8,17 +8,19 @@ the rebuild's is every other event. Each process reads only its own share (the s
 filters it), so neither reads, nor passes on, the other's. Both COPY into the same empty
 tables (disjoint rows, so neither waits for the other) once they have checked that no item
 was folded by both; if one was (a log whose stream ids do not follow items), the rebuild
-folds everything itself instead.
+folds everything itself instead. The change log is the exception: the worker hands its lines
+to the rebuild, which writes both shares' while it builds the other tables' indexes.
 
 Protocol, pickled over the worker's stdin and stdout (a pipe of the rebuild's own): the
 rebuild sends ``(conninfo, schema, log, share, until, sealed, key_pipes)``; the worker folds
 its share up to position ``until`` and answers ``("stopped", first, last, error)`` or
 ``("folded", item_keys, only_items, count, last)`` (``last``: the position and time of its
 last event, or ``None``); then the rebuild sends ``True`` (write and commit) or ``False``
-(roll back), answered by ``("done",)``. Any other failure is answered by ``("failed",
-error)``. Meanwhile, if the log is sealed, the worker asks for the keys of the sealed fields
-it meets over a second pair of pipes (``key_pipes``), each key once, and the rebuild's key
-thread answers with the keys (``None``: destroyed), or with an error as text.
+(roll back), answered by ``("done", change_log)`` (its share's change-log lines; empty if
+rolled back). Any other failure is answered by ``("failed", error)``. Meanwhile, if the log
+is sealed, the worker asks for the keys of the sealed fields it meets over a second pair of
+pipes (``key_pipes``), each key once, and the rebuild's key thread answers with the keys
+(``None``: destroyed), or with an error as text.
 """
 
 import os
@@ -96,10 +98,13 @@ class FoldWorker:
         """Have the worker write its rows and commit (``write``), or roll back."""
         self._send(write)
 
-    def done(self) -> None:
-        """Wait until the worker has committed (or rolled back)."""
-        self._receive()
+    def done(self) -> list[tuple[int, bytes]]:
+        """Wait until the worker has committed (or rolled back); the change-log lines of its
+        share (``Loader.change_log``), which it leaves to the rebuild to write."""
+        reply = self._receive()
         self._done = True
+        change_log: list[tuple[int, bytes]] = reply[1]
+        return change_log
 
     def close(self) -> None:
         """Let the worker exit once done; otherwise (the rebuild failed or folds alone) end
@@ -217,18 +222,19 @@ class _Share:
 def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Keys | None",
           requests: IO[bytes], reply: Callable[..., None]) -> None:
     opener = (lambda d: open_document(d, keys.key)) if keys is not None else None
-    with conn.transaction(), Loader(conn, target, opener) as loader:
+    loader, written = Loader(conn, target, opener), False
+    with conn.transaction():
         try:
             count, last = fold_pages(loader, share.after, keys.seen if keys else None)
         except RebuildStopped as stopped:
             reply("stopped", stopped.first, stopped.last, repr(stopped.error))
             raise psycopg.Rollback from None
-        loader.end_log()
         reply("folded", loader.item_keys(), loader.holds_only_items(), count, last)
         if not _read(requests):
             raise psycopg.Rollback
         loader.write()
-    reply("done")
+        written = True
+    reply("done", loader.change_log if written else [])  # committed: its rows are in
 
 
 class _Keys:

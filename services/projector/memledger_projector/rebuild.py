@@ -83,16 +83,18 @@ def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
     target = schema.create(conn, names, version, indexes=False)
     parallel = until >= PARALLEL_FROM if parallel is None else parallel
     log = _Log(event_store, opener)
-    events, processes = _bulk(conn, log, target, until, progress, parallel)
-    _add_indexes(conn, target)
-    events += _fill(conn, log, target, until, progress)
+    loaded = _bulk(conn, log, target, until, progress, parallel)
+    _add_indexes(conn, target, loaded.change_log, until)
+    if loaded.last is not None:  # the load is complete only now, change log included
+        store.write_checkpoint(conn, target, *loaded.last)
+    events = loaded.count + _fill(conn, log, target, until, progress)
     with conn.transaction():
         schema.live_version(conn, names, lock="FOR UPDATE")
         events += _fill(conn, log, target, None, progress)
         schema.switch(conn, names, version)
     _drop_older(conn, names, live)
     return Rebuilt(version, live, store.read_checkpoint(conn, target).position, events,
-                   processes)
+                   loaded.processes)
 
 
 @dataclass(frozen=True)
@@ -111,48 +113,57 @@ def _sealed(event_store: EventStore) -> tuple[EventStore, Opener | None]:
     return event_store, None
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """What the bulk load wrote: how many events, folded in how many processes; the change
+    log's lines, one part per process (written with the indexes); the position and time of
+    the last event (``None``: there was none)."""
+
+    count: int
+    processes: int
+    change_log: tuple[list[tuple[int, bytes]], ...]
+    last: tuple[int, datetime] | None
+
+
 def _bulk(conn: Connection[Any], log: _Log, target: str, until: int,
-          progress: Progress | None, parallel: bool, limit: int = BULK_EVENTS
-          ) -> tuple[int, int]:
+          progress: Progress | None, parallel: bool, limit: int = BULK_EVENTS) -> _Loaded:
     """Fold the log up to position ``until`` (``limit`` at most) in memory and load it into
-    the empty ``target`` (no per-batch reads or updates; indexes come after); return how
-    many events, and in how many processes. ``parallel``: with a fold worker reading and
-    folding its share of the memory items."""
+    the empty ``target`` (no per-batch reads or updates; indexes come after), all but the
+    change log. ``parallel``: with a fold worker reading and folding its share of the memory
+    items."""
     until = min(until, limit)
     with bulk.cycle_collector_paused():
         if parallel and isinstance(log.store, PostgresEventStore):
             loaded = _bulk_in_two(conn, log.store, log.opener, target, until, progress)
             if loaded is not None:
-                return loaded, 2
-        return _bulk_in_one(conn, log, target, until, progress), 1
+                return loaded
+        return _bulk_in_one(conn, log, target, until, progress)
 
 
 def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
-                 progress: Progress | None) -> int:
+                 progress: Progress | None) -> _Loaded:
     def pages(after: int) -> list[Record]:
         return [(e.position, e.recorded_at, e.data)
                 for e in log.store.read_all(after, PAGE) if e.position <= until]
 
-    with conn.transaction(), bulk.Loader(conn, target, log.opener) as loader, \
-            _stopping(loader):
+    loader = bulk.Loader(conn, target, log.opener)
+    with conn.transaction(), _stopping(loader):
         count, last = _fold_log(loader, pages, until, progress)
         loader.write()
-        if last is not None:
-            store.write_checkpoint(conn, target, *last)
-    return count
+    return _Loaded(count, 1, (loader.change_log,), last)
 
 
 def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Opener | None,
-                 target: str, until: int, progress: Progress | None) -> int | None:
+                 target: str, until: int, progress: Progress | None) -> _Loaded | None:
     """Like ``_bulk_in_one``, with a worker process reading, folding and writing its share
     of the log meanwhile. ``None`` (nothing written) if an item turned up on both sides (its
     events were not all in one stream)."""
     keys = opener.keys if opener is not None else None
     worker = FoldWorker(_conninfo(conn), target, log.address(), WORKER_SHARE, until, keys)
     mine = WORKER_SHARE.other()
+    loader = bulk.Loader(conn, target, opener)
     try:
-        with conn.transaction(), bulk.Loader(conn, target, opener) as loader, \
-                _stopping(loader):
+        with conn.transaction(), _stopping(loader):
             try:
                 count, last = _fold_log(
                     loader, lambda after: log.read_share(after, until, PAGE, mine), until,
@@ -160,19 +171,16 @@ def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Opener 
             except RebuildStopped as stopped:
                 raise _earliest(stopped, worker) from stopped.__cause__
             folded = worker.finish()
-            loader.end_log()
             if not _apart(folded, loader):
                 worker.conclude(write=False)
                 raise psycopg.Rollback
             worker.conclude(write=True)
             loader.write()  # meanwhile the worker writes its rows (no two rows are the same)
-            worker.done()  # committed: only now may the checkpoint say the load is complete
+            theirs = worker.done()  # committed
             last = max(filter(None, (last, folded.last)), default=None)
-            if last is not None:
-                store.write_checkpoint(conn, target, *last)
-                if progress is not None:
-                    progress(last[0], until)
-            return count + folded.count
+            if last is not None and progress is not None:
+                progress(last[0], until)
+            return _Loaded(count + folded.count, 2, (loader.change_log, theirs), last)
     finally:
         worker.close()
     return None
@@ -222,14 +230,26 @@ def _stopping(loader: bulk.Loader) -> Iterator[None]:
         raise RebuildStopped(1, loader.reached, error) from error
 
 
-def _add_indexes(conn: Connection[Any], target: str) -> None:
-    """Build the change log's indexes on a second connection while this one builds the
-    others and the no-overlap constraint: two server processes, about half the time."""
+def _add_indexes(conn: Connection[Any], target: str,
+                 change_log: tuple[list[tuple[int, bytes]], ...], until: int) -> None:
+    """Write the change log and build its indexes on a second connection, while this one
+    builds the other tables' indexes and the no-overlap constraint: two server processes,
+    and the second would otherwise have been idle (the constraint takes the longest)."""
     rest = [t for t in schema.INDEXED if t != "changes"]
-    with _sibling(conn) as other, ThreadPoolExecutor(1, "rebuild-index") as pool:
-        log = pool.submit(schema.add_indexes, other, target, ("changes",))
+    with _sibling(conn) as other, ThreadPoolExecutor(1, "rebuild-change-log") as pool:
+        log = pool.submit(_write_change_log, other, target, change_log, until)
         schema.add_indexes(conn, target, rest)
         log.result()
+
+
+def _write_change_log(conn: Connection[Any], target: str,
+                      change_log: tuple[list[tuple[int, bytes]], ...], until: int) -> None:
+    try:
+        with conn.transaction():
+            bulk.write_change_log(conn, target, *change_log)
+    except psycopg.Error as error:  # the server refused a line (the error says which)
+        raise RebuildStopped(1, until, error) from error
+    schema.add_indexes(conn, target, ("changes",))
 
 
 def _sibling(conn: Connection[Any]) -> Connection[Any]:
