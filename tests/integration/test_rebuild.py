@@ -203,6 +203,34 @@ async def test_a_rebuild_folded_in_two_processes_equals_one_folded_in_one(
     assert seen[-1][0] == event_store.max_position()
 
 
+async def test_only_the_switch_waits_for_its_commit_to_reach_the_disk(
+        conn: psycopg.Connection[Any], event_store: PostgresEventStore, live: schema.Names,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bulk writes go to a schema nobody reads yet; the switch's commit, awaited, puts
+    # them on disk with it. The caller's own setting comes back afterwards.
+    conn.execute("SET synchronous_commit = remote_apply")
+    seen: dict[str, str] = {}
+
+    def setting() -> str:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def spy(name: str, original: Any) -> Any:
+        def called(*args: Any, **kwargs: Any) -> Any:
+            seen[name] = setting()
+            return original(*args, **kwargs)
+        return called
+
+    monkeypatch.setattr(rebuild, "_add_indexes", spy("indexes", rebuild._add_indexes))
+    monkeypatch.setattr(schema, "switch", spy("switch", schema.switch))
+
+    rebuild.rebuild(conn, event_store, live, parallel=True)
+
+    assert seen == {"indexes": "off", "switch": "remote_apply"}
+    assert setting() == "remote_apply"
+
+
 async def test_an_item_whose_events_span_streams_is_folded_in_one_process_with_the_same_result(
         conn: psycopg.Connection[Any], event_store: PostgresEventStore,
         live: schema.Names) -> None:

@@ -194,6 +194,7 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
         with psycopg.connect(log.conninfo, autocommit=True) as reading, \
                 psycopg.connect(conninfo, autocommit=True) as conn, cycle_collector_paused():
             store.tune(conn)
+            conn.execute("SET synchronous_commit = off")  # rebuild._commits_unawaited says why
             _load(conn, target, _Share(reading, log, share, until), keys, requests, reply)
     except EOFError:
         return  # the rebuild ended the conversation (it failed): roll back and end quietly
