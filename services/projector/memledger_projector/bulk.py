@@ -82,6 +82,11 @@ class Loader:
         """Write every table but the change log (``write_change_log``)."""
         store.write_rows(self.conn, self.target, self.projection)
 
+    def release(self) -> None:
+        """Let go of the fold once written: its objects are freed now, by the thread that
+        calls this (millions of them: ~0.07 s for 100,000 events)."""
+        self.projection = Projection(keep_changes=False)
+
 
 def write_change_log(conn: Connection[Any], target: str, *parts: list[tuple[int, bytes]]
                      ) -> None:
