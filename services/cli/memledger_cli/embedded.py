@@ -90,8 +90,23 @@ async def supervise(name: str, argv: list[str], env: dict[str, str], stop: async
         if stop.is_set():
             await _terminate(proc, exited)
             return
+        # Ctrl-C reaches the whole process group: the child may have stopped for it just
+        # before ``stop`` is set here. The pause before a restart waits for that first.
+        if await _stopping_within(stop, RESTART_PAUSE):
+            return
         log.warning("%s exited with code %s; restarting it", name, proc.returncode)
-        await asyncio.sleep(1.0)
+
+
+RESTART_PAUSE = 1.0
+"""Seconds between a supervised child's death and its restart."""
+
+
+async def _stopping_within(stop: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _terminate(proc: "subprocess.Popen[bytes]", exited: "asyncio.Future[int]") -> None:
