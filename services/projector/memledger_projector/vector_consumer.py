@@ -23,7 +23,7 @@ from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
-from memledger_platform.vectorindex.port import IndexReopened, IndexUnavailable, VectorIndex
+from memledger_platform.vectorindex.port import IndexReopened, VectorIndex
 from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
@@ -106,8 +106,11 @@ class VectorProjector:
             except IndexReopened as lost:
                 log.warning("vector projector deriving again from its last flush: %s", lost)
                 self._forget_unflushed()
-            except IndexUnavailable as error:
-                log.warning("vector projector resubscribing in %.1fs: %s", delay, error)
+            except Exception as error:  # never dies, as the relay does not
+                # The index out of reach (IndexUnavailable), or PostgreSQL, where the
+                # positions are saved (killed -9, this task ended for good and the index
+                # stayed where it was until the query service restarted).
+                log.warning("vector projector resubscribing in %.1fs: %r", delay, error)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
                 delay = min(delay * 2, MAX_RETRY_SECONDS)
