@@ -8,11 +8,8 @@ import pytest
 
 from memledger_ingest.bootstrap import Endpoints
 from memledger_platform.eventstore import EventStore, RecordedEvent
-from memledger_platform.eventstore.postgres import (
-    PostgresEventStore,
-    StreamShare,
-    datastore_from_dsn,
-)
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.logshare import StreamShare
 from tests.integration.events_support import envelope, read_everything
 
 pytest.register_assert_rewrite("tests.integration.eventstore_contract")
