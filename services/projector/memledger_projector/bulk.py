@@ -25,6 +25,9 @@ from memledger_projector.readahead import Pages, read_ahead
 Open = Callable[[dict[str, Any]], dict[str, Any]]
 """Opens the sealed fields of a parsed event document (``crypto.Opener``)."""
 
+ChangeLog = list[tuple[int, bytes]]
+"""Change-log lines, one chunk per folded batch, with the position of its first event."""
+
 
 class RebuildStopped(Exception):
     """An event could not be applied; the live projection is untouched."""
@@ -45,9 +48,8 @@ class Loader:
                  ) -> None:
         self.conn, self.target, self.opener = conn, target, opener
         self.projection = Projection(keep_changes=False)
-        self.change_log: list[tuple[int, bytes]] = []
-        """The change log's lines of the batches folded so far: one chunk per batch, with
-        the position of the batch's first record."""
+        self.change_log: ChangeLog = []
+        """The change log's lines of the batches folded so far."""
         self.reached = 0
         """The last position of the batches folded so far (whichever part of them)."""
 
@@ -88,8 +90,7 @@ class Loader:
         self.projection = Projection(keep_changes=False)
 
 
-def write_change_log(conn: Connection[Any], target: str, *parts: list[tuple[int, bytes]]
-                     ) -> None:
+def write_change_log(conn: Connection[Any], target: str, *parts: ChangeLog) -> None:
     """COPY the change-log lines of ``parts`` (each a ``Loader.change_log``) into ``target``,
     in ``conn``'s current transaction: chunk by chunk in position order, so the table's rows
     lie about in the order a feed reads them."""

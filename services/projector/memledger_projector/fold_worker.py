@@ -39,7 +39,13 @@ import psycopg
 from memledger_platform.crypto import open_document, sealed_key_ids
 from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_projector import store
-from memledger_projector.bulk import Loader, RebuildStopped, cycle_collector_paused, fold_pages
+from memledger_projector.bulk import (
+    ChangeLog,
+    Loader,
+    RebuildStopped,
+    cycle_collector_paused,
+    fold_pages,
+)
 from memledger_projector.projection import Key
 from memledger_projector.readahead import PAGE, ReadFailed
 
@@ -98,12 +104,12 @@ class FoldWorker:
         """Have the worker write its rows and commit (``write``), or roll back."""
         self._send(write)
 
-    def done(self) -> list[tuple[int, bytes]]:
+    def done(self) -> ChangeLog:
         """Wait until the worker has committed (or rolled back); the change-log lines of its
         share (``Loader.change_log``), which it leaves to the rebuild to write."""
         reply = self._receive()
         self._done = True
-        change_log: list[tuple[int, bytes]] = reply[1]
+        change_log: ChangeLog = reply[1]
         return change_log
 
     def close(self) -> None:

@@ -124,7 +124,7 @@ class _Loaded:
 
     count: int
     processes: int
-    change_log: tuple[list[tuple[int, bytes]], ...]
+    change_log: tuple[bulk.ChangeLog, ...]
     last: tuple[int, datetime] | None
     loader: bulk.Loader
     """This process' fold, written: to release while the server builds the indexes."""
@@ -248,7 +248,7 @@ def _add_indexes(conn: Connection[Any], target: str, loaded: _Loaded, until: int
 
 
 def _write_change_log(conn: Connection[Any], target: str,
-                      change_log: tuple[list[tuple[int, bytes]], ...], until: int) -> None:
+                      change_log: tuple[bulk.ChangeLog, ...], until: int) -> None:
     try:
         with conn.transaction():
             bulk.write_change_log(conn, target, *change_log)
