@@ -19,15 +19,18 @@ from pydantic import BaseModel, ValidationError
 from memledger_client.degrade import Group
 from memledger_client.errors import from_validation
 from memledger_client.results import (
+    AgentList,
     BatchResult,
     ChangePage,
     ContextAnswer,
     Conversation,
+    ErasureList,
     Graph,
     History,
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SpaceList,
     WriteResult,
 )
 from memledger_query.semantic_dto import (
@@ -208,6 +211,27 @@ def context(space_id: str, options: ContextOptions) -> Call[ContextAnswer]:
     return Call("POST", "/v1/context", ContextAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
                 ryw=None if "min_position" in options else "body", recall=True)
+
+
+def spaces(as_of_position: int | None, status: str | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[SpaceList]:
+    """A page of the tenant's spaces (those the key is granted), in id order."""
+    return _get("/v1/spaces", SpaceList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "status": status,
+                 "limit": limit, "after": after})
+
+
+def agents(as_of_position: int | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[AgentList]:
+    """A page of the tenant's agents, in id order (a key for the whole tenant)."""
+    return _get("/v1/agents", AgentList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "limit": limit,
+                 "after": after})
+
+
+def erasures(limit: int) -> Call[ErasureList]:
+    """The tenant's last erasure receipts, newest first (an admin key)."""
+    return Call("GET", "/v1/erasures", ErasureList.model_validate, params={"limit": limit})
 
 
 def health(path: str = "/health") -> Call[dict[str, Any]]:
