@@ -6,7 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from psycopg import sql
+
+from memledger_schemas.subjects import Subjects
 
 
 def relations_of(conn: psycopg.Connection[Any], tables: list[str]) -> list[str]:
@@ -91,3 +95,23 @@ def wal_hits(conn: psycopg.Connection[Any], needle: bytes) -> list[str]:
     assert row is not None
     wal = Path(row[0]) / "pg_wal"
     return sorted(p.name for p in wal.iterdir() if p.is_file() and needle in p.read_bytes())
+
+
+async def stream_hits(js: JetStreamContext, subjects: Subjects, needles: tuple[str, ...]
+                      ) -> list[str]:
+    """Every message of the test's streams holding a needle, as ``<stream>#<seq>: needle``.
+    Read by sequence: it works for every retention (the intake stream is a work queue)."""
+    hits = []
+    for stream in (subjects.events_stream, subjects.intake_stream,
+                   subjects.dead_letter_stream):
+        state = (await js.stream_info(stream)).state
+        if not state.messages:
+            continue
+        for seq in range(max(1, state.first_seq), state.last_seq + 1):
+            try:
+                msg = await js.get_msg(stream, seq)
+            except NotFoundError:
+                continue  # deleted (a work queue's consumed message)
+            text = (msg.data or b"").decode("utf-8", errors="ignore") + str(msg.headers)
+            hits += [f"{stream}#{seq}: {n}" for n in needles if n in text]
+    return hits

@@ -2,8 +2,9 @@
 leaves the data nowhere: a token written into a memory (its content, tags and a revision's
 reason), a message, a session's title, an entity, feedback, a preference, idempotency keys and
 two audited queries (a search that showed the subject's memory, a context call in the
-subject's session) is, after the erasure, in no HTTP read, no gRPC change page, no ``memledger
-replay`` output, no tuple (live or dead) of the read models or the key table, no planner
+subject's session) is never in the clear in the event store or JetStream, and after the
+erasure is in no HTTP read, no gRPC change page, no ``memledger replay`` output, no tuple
+(live or dead) of the read models (both versions a rebuild keeps) or the key table, no planner
 statistic and no write-ahead log file; and the receipt says what was vacuumed."""
 
 import argparse
@@ -43,6 +44,7 @@ from memledger_schemas.subjects import Subjects
 from tests.integration.erasure_support import (
     analyze,
     statistics_hits,
+    stream_hits,
     tables_of,
     tuple_hits,
     wal_hits,
@@ -232,10 +234,11 @@ def _in_the_clear(dsn: str, base: str, needle: str) -> list[str]:
 
 async def test_an_erased_subject_leaves_its_token_in_no_read_no_row_and_no_wal_file(
         world: World, engines: Endpoints, event_store: PostgresEventStore, pg_schema: str,
-        tmp_path: Path) -> None:
+        nats_js: Nats, subjects: Subjects, tmp_path: Path) -> None:
     p, dsn = world.pipeline, engines.postgres_dsn
     story = await _tell(p)
     assert _in_the_clear(dsn, pg_schema, TOKEN) == []
+    assert await stream_hits(nats_js[1], subjects, (TOKEN,)) == []
     # Before: every place checked holds the token (so each check can fail).
     assert TOKEN in await _http_reads(p, story)
     assert TOKEN in await _grpc_changes(world.grpc, story.position)
