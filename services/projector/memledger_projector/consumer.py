@@ -156,10 +156,9 @@ class Projector:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         versions = kept_versions(self._conn, self._names)
-        schemas = [self._names.schema(v) for v in versions]
-        counts = [erasure.scrub(self._conn, name, self._names.base, tenant, subject, position,
-                                key_ids) for name in schemas]
-        purged = {**counts[0], "versions": versions, **erasure.vacuum(self._conn, schemas)}
+        purged = {"versions": versions, **erasure.erase(
+            self._conn, [self._names.schema(v) for v in versions], self._names.base, tenant,
+            subject, position, key_ids)}
         receipts.record(self._conn, self._names.base, tenant, subject, position, "postgres",
                         purged)
         return purged

@@ -9,10 +9,11 @@ rebuilt after the erasure are equal. Idempotent: scrubbing twice changes nothing
 
 An UPDATE leaves the old row version, plaintext included, in the table's pages (and index
 entries pointing at it) until a VACUUM; ANALYZE may have sampled it into ``pg_statistic``; and
-the write-ahead log holds every version written. ``vacuum`` deals with each (see ADR 0007 for
+the write-ahead log holds every version written. ``erase`` deals with each (see ADR 0007 for
 what stays: freed page space and recycled WAL segments until overwritten).
 """
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -30,7 +31,7 @@ Events = dict[str, list[tuple[int, dict[str, Any]]]]
 
 SCRUBBED = ("item_versions", "messages", "preferences", "mentions", "entities", "sessions",
             "changes")
-"""The read-model tables a scrub changes (so that ``vacuum`` cleans)."""
+"""The read-model tables a scrub changes (so that ``erase`` vacuums)."""
 
 
 def scrub(conn: Connection[Any], schema: str, base: str, tenant: str, subject: str,
@@ -135,20 +136,39 @@ def _count(conn: Connection[Any], query: sql.Composed, params: tuple[Any, ...]) 
     return conn.execute(query, params).rowcount
 
 
-def vacuum(conn: Connection[Any], schemas: Sequence[str]) -> Purged:
-    """After a scrub (``conn`` in autocommit): VACUUM each scrubbed table of ``schemas``, its
-    index entries included however few (``INDEX_CLEANUP ON``), and ANALYZE it, so the
-    planner's statistics are sampled again from what is left; VACUUM ``pg_statistic`` (its old
-    rows); then switch to a new WAL segment and CHECKPOINT, after which the segments that
-    logged the scrubbed rows are no longer needed and are removed (or, with ``wal_recycle``
-    on, recycled). What it did, for the receipt; a step the role may not take is ``False``.
+def erase(conn: Connection[Any], schemas: Sequence[str], base: str, tenant: str,
+          subject: str, before: int, key_ids: Sequence[str]) -> Purged:
+    """``scrub`` each read-model version of ``schemas`` (the live one first: the counts are
+    its) and ``vacuum`` them. A later version that a rebuild dropped meanwhile is skipped:
+    nothing of it is left to scrub."""
+    counts = scrub(conn, schemas[0], base, tenant, subject, before, key_ids)
+    _vacuum_tables(conn, schemas[0])
+    for older in schemas[1:]:
+        with contextlib.suppress(psycopg.errors.UndefinedTable,
+                                 psycopg.errors.InvalidSchemaName):
+            scrub(conn, older, base, tenant, subject, before, key_ids)
+            _vacuum_tables(conn, older)
+    return {**counts, **vacuum(conn)}
 
-    A transaction older than the scrub (a long read) keeps the old row versions from this
+
+def _vacuum_tables(conn: Connection[Any], schema: str) -> None:
+    """VACUUM each scrubbed table, its index entries included however few (without
+    ``INDEX_CLEANUP ON`` a VACUUM that finds dead rows on under 2% of pages leaves them), and
+    ANALYZE it, so the planner's statistics are sampled again from what is left."""
+    for table in SCRUBBED:
+        conn.execute(sql.SQL("VACUUM (INDEX_CLEANUP ON, ANALYZE) {}.{}").format(
+            sql.Identifier(schema), sql.Identifier(table)))
+
+
+def vacuum(conn: Connection[Any]) -> Purged:
+    """After the scrubbed tables were vacuumed (``conn`` in autocommit): VACUUM
+    ``pg_statistic`` (its old rows hold the old samples), then switch to a new WAL segment and
+    CHECKPOINT, after which the segments that logged the scrubbed rows are no longer needed
+    and are removed (or, with ``wal_recycle`` on, recycled). What was done, for the receipt; a
+    step the role may not take is ``False``.
+
+    A transaction older than the scrub (a long read) keeps the old row versions from the
     VACUUM; autovacuum removes them once it ends."""
-    for schema in schemas:
-        for table in SCRUBBED:
-            conn.execute(sql.SQL("VACUUM (INDEX_CLEANUP ON, ANALYZE) {}.{}").format(
-                sql.Identifier(schema), sql.Identifier(table)))
     statistics = _may_vacuum(conn, "pg_catalog.pg_statistic")
     if statistics:
         conn.execute("VACUUM (INDEX_CLEANUP ON) pg_catalog.pg_statistic")
