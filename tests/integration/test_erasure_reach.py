@@ -36,6 +36,7 @@ from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_platform.settings import Settings
 from memledger_projector import rebuild, schema
+from memledger_projector import store as projector_store
 from memledger_query import grpc_api
 from memledger_schemas import commands as c
 from memledger_schemas.grpc.v1 import query_pb2 as qpb
@@ -270,3 +271,23 @@ async def test_an_erased_subject_leaves_its_token_in_no_read_no_row_and_no_wal_f
     assert KEEP in replayed
     assert await asyncio.to_thread(_below_sql, dsn, pg_schema, wrapped) == {
         "tuples": [], "key": [], "statistics": [], "wal": []}
+    # What the scrub left equals what a rebuild makes of the log once the keys are gone.
+    await eventually(lambda: _caught_up(dsn, pg_schema, event_store), timeout=30)
+    assert await asyncio.to_thread(_rebuilt_equals_live, dsn, event_store, pg_schema,
+                                   world.keyring)
+
+
+async def _caught_up(dsn: str, base: str, store: PostgresEventStore) -> None:
+    names = schema.Names(base)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        live = names.schema(schema.live_version(conn, names))
+        assert projector_store.read_checkpoint(conn, live).position == store.max_position()
+
+
+def _rebuilt_equals_live(dsn: str, store: PostgresEventStore, base: str,
+                         keyring: PostgresKeyring) -> bool:
+    names = schema.Names(base)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        live = rebuild.model_hash(conn, names.schema(schema.live_version(conn, names)))
+        done = rebuild.rebuild(conn, OpenedEventStore(store, Opener(keyring)), names)
+        return rebuild.model_hash(conn, names.schema(done.version)) == live
