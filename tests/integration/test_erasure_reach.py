@@ -28,14 +28,14 @@ from memledger_enricher.embedding import HashingEmbedder
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.erasure import Erasure
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform import grpc_server
+from memledger_platform import grpc_server, pg_vacuum
 from memledger_platform.auth import Gate
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_platform.settings import Settings
-from memledger_projector import rebuild, schema
+from memledger_projector import erasure, rebuild, schema
 from memledger_projector import store as projector_store
 from memledger_query import grpc_api
 from memledger_schemas import commands as c
@@ -291,3 +291,28 @@ def _rebuilt_equals_live(dsn: str, store: PostgresEventStore, base: str,
         live = rebuild.model_hash(conn, names.schema(schema.live_version(conn, names)))
         done = rebuild.rebuild(conn, OpenedEventStore(store, Opener(keyring)), names)
         return rebuild.model_hash(conn, names.schema(done.version)) == live
+
+
+def test_a_vacuum_or_checkpoint_the_role_may_not_run_is_reported_false_not_claimed(
+        engines: Endpoints, pg_schema: str) -> None:
+    lowly = f"{pg_schema}_lowly"
+    table = sql.SQL("{}.t").format(sql.Identifier(pg_schema))
+    with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(pg_schema)))
+        conn.execute(sql.SQL("CREATE TABLE {} (x int)").format(table))
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(lowly)))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(pg_schema), sql.Identifier(lowly)))
+        try:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(lowly)))
+            refused = (pg_vacuum.vacuum(conn, table), erasure.statistics_and_wal(conn))
+            conn.execute("RESET ROLE")
+            allowed = (pg_vacuum.vacuum(conn, table), erasure.statistics_and_wal(conn))
+        finally:
+            conn.execute("RESET ROLE")
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(lowly)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(lowly)))
+    assert refused == (False, {"statistics_vacuumed": False, "wal_switched": False,
+                               "checkpoint": False})
+    assert allowed == (True, {"statistics_vacuumed": True, "wal_switched": True,
+                              "checkpoint": True})

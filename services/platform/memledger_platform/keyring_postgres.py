@@ -20,6 +20,7 @@ from memledger_platform.crypto import (
     wrap,
 )
 from memledger_platform.pg_locks import creating, exclusively
+from memledger_platform.pg_vacuum import vacuum
 from memledger_platform.settings import Settings
 
 _TABLE = """
@@ -118,12 +119,10 @@ class PostgresKeyring(Keyring):
     def compact(self) -> list[str]:
         """VACUUM the key table: a destroyed key's row loses its wrapped key, but the row's
         old versions (that one's and those each new space left) keep it until vacuumed, and
-        with the master key it would open everything the subject's key sealed. Index entries
-        too, however few (``INDEX_CLEANUP ON``)."""
+        with the master key it would open everything the subject's key sealed."""
         with self._pool.connection() as conn:
-            conn.execute(sql.SQL("VACUUM (INDEX_CLEANUP ON) {}.memledger_subject_keys").format(
-                self._s))
-        return ["memledger_subject_keys"]
+            done = vacuum(conn, sql.SQL("{}.memledger_subject_keys").format(self._s))
+        return ["memledger_subject_keys"] if done else []
 
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
         with self._pool.connection() as conn:

@@ -22,6 +22,7 @@ import orjson
 import psycopg
 from psycopg import Connection, sql
 
+from memledger_platform import pg_vacuum
 from memledger_platform.crypto import COMBINED, ERASED, PERSONAL
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 
@@ -139,28 +140,27 @@ def _count(conn: Connection[Any], query: sql.Composed, params: tuple[Any, ...]) 
 def erase(conn: Connection[Any], schemas: Sequence[str], base: str, tenant: str,
           subject: str, before: int, key_ids: Sequence[str]) -> Purged:
     """``scrub`` each read-model version of ``schemas`` (the live one first: the counts are
-    its) and ``vacuum`` them. A later version that a rebuild dropped meanwhile is skipped:
-    nothing of it is left to scrub."""
+    its), vacuum and analyze the scrubbed tables, then ``pg_statistic`` and the WAL. A later
+    version that a rebuild dropped meanwhile is skipped: nothing of it is left to scrub."""
     counts = scrub(conn, schemas[0], base, tenant, subject, before, key_ids)
-    _vacuum_tables(conn, schemas[0])
+    vacuumed = _vacuum_tables(conn, schemas[0])
     for older in schemas[1:]:
         with contextlib.suppress(psycopg.errors.UndefinedTable,
                                  psycopg.errors.InvalidSchemaName):
             scrub(conn, older, base, tenant, subject, before, key_ids)
             _vacuum_tables(conn, older)
-    return {**counts, **vacuum(conn)}
+    return {**counts, "vacuumed": vacuumed, "analyzed": vacuumed == list(SCRUBBED),
+            **statistics_and_wal(conn)}
 
 
-def _vacuum_tables(conn: Connection[Any], schema: str) -> None:
-    """VACUUM each scrubbed table, its index entries included however few (without
-    ``INDEX_CLEANUP ON`` a VACUUM that finds dead rows on under 2% of pages leaves them), and
-    ANALYZE it, so the planner's statistics are sampled again from what is left."""
-    for table in SCRUBBED:
-        conn.execute(sql.SQL("VACUUM (INDEX_CLEANUP ON, ANALYZE) {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(table)))
+def _vacuum_tables(conn: Connection[Any], schema: str) -> list[str]:
+    """VACUUM each scrubbed table (index entries included) and ANALYZE it, so the planner's
+    statistics are sampled again from what is left; those it could vacuum."""
+    return [table for table in SCRUBBED if pg_vacuum.vacuum(conn, sql.SQL("{}.{}").format(
+        sql.Identifier(schema), sql.Identifier(table)), pg_vacuum.CLEAN + ", ANALYZE")]
 
 
-def vacuum(conn: Connection[Any]) -> Purged:
+def statistics_and_wal(conn: Connection[Any]) -> Purged:
     """After the scrubbed tables were vacuumed (``conn`` in autocommit): VACUUM
     ``pg_statistic`` (its old rows hold the old samples), then switch to a new WAL segment and
     CHECKPOINT, after which the segments that logged the scrubbed rows are no longer needed
@@ -169,20 +169,10 @@ def vacuum(conn: Connection[Any]) -> Purged:
 
     A transaction older than the scrub (a long read) keeps the old row versions from the
     VACUUM; autovacuum removes them once it ends."""
-    statistics = _may_vacuum(conn, "pg_catalog.pg_statistic")
-    if statistics:
-        conn.execute("VACUUM (INDEX_CLEANUP ON) pg_catalog.pg_statistic")
-    return {"vacuumed": list(SCRUBBED), "analyzed": True, "statistics_vacuumed": statistics,
+    statistics = pg_vacuum.vacuum(conn, sql.SQL("pg_catalog.pg_statistic"))
+    return {"statistics_vacuumed": statistics,
             "wal_switched": _allowed(conn, "SELECT pg_switch_wal()"),
             "checkpoint": _allowed(conn, "CHECKPOINT")}
-
-
-def _may_vacuum(conn: Connection[Any], table: str) -> bool:
-    # VACUUM skips a table the role may not vacuum with only a warning: asked first.
-    row = conn.execute("SELECT current_setting('is_superuser') = 'on' OR pg_has_role("
-                       "relowner, 'USAGE') FROM pg_class WHERE oid = %s::regclass",
-                       (table,)).fetchone()
-    return bool(row and row[0])
 
 
 def _allowed(conn: Connection[Any], statement: LiteralString) -> bool:
