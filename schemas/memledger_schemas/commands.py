@@ -43,6 +43,8 @@ from memledger_schemas.types import (
 )
 
 MAX_BATCH = 1_000
+CLEAR = "kept in the clear (never sealed): must not hold personal data"
+"""What the API says of a free-text field that is not sealed under a data subject's key."""
 
 
 class CommandBase(BaseModel):
@@ -55,16 +57,19 @@ class CommandBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     http_path: ClassVar[str]
 
-    idempotency_key: ShortText | None = None
+    idempotency_key: ShortText | None = Field(
+        default=None, description="a retry with the same key returns the first result; "
+        "stored as a keyed digest (with a master key), never as sent")
     expected_version: int | None = Field(default=None, ge=0)
     actor: ShortText | None = None
-    agent_id: AgentId | None = None
-    correlation_id: ShortText | None = None
-    causation_id: ShortText | None = None
+    agent_id: AgentId | None = Field(default=None, description=CLEAR)
+    correlation_id: ShortText | None = Field(default=None, description=CLEAR)
+    causation_id: ShortText | None = Field(default=None, description=CLEAR)
     subject_id: ShortText | None = Field(
         default=None, description="the data subject whose personal data this carries (its "
         "key seals it; erasing the subject destroys the key); default: the subject of the "
-        "stream written to, else 'space:<space_id>'")
+        "stream written to, else 'space:<space_id>'. An opaque id, not a name or an address: "
+        "it stays in the clear, erasure included")
 
     @field_validator("*", mode="after")
     @classmethod
@@ -106,8 +111,8 @@ class CreateSpace(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces"
     command: Literal["create_space"] = "create_space"
     space_id: SpaceId
-    name: ShortText | None = None
-    description: Content | None = None
+    name: ShortText | None = Field(default=None, description=CLEAR)
+    description: Content | None = Field(default=None, description=CLEAR)
 
 
 class SetSpacePolicy(CommandBase):
@@ -145,15 +150,15 @@ class ArchiveSpace(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/archive"
     command: Literal["archive_space"] = "archive_space"
     space_id: SpaceId
-    reason: Reason | None = None
+    reason: Reason | None = Field(default=None, description=CLEAR)
 
 
 class RegisterAgent(CommandBase):
     http_path: ClassVar[str] = "/v1/agents"
     command: Literal["register_agent"] = "register_agent"
     agent_id: AgentId
-    name: ShortText | None = None
-    description: Content | None = None
+    name: ShortText | None = Field(default=None, description=CLEAR)
+    description: Content | None = Field(default=None, description=CLEAR)
 
 
 class StartSession(CommandBase):
@@ -195,7 +200,7 @@ class AssertMemory(CommandBase, ValidInterval):
     confidence: Unit = 1.0
     importance: Unit = 0.5
     tags: tuple[Tag, ...] = Field(default=(), max_length=32)
-    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32, description=CLEAR)
     layer: Layer | None = Field(default=None, description="default: 'session' with a "
                                 "session_id, else 'project'")
 
@@ -308,9 +313,9 @@ class UpsertEntity(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/entities"
     command: Literal["upsert_entity"] = "upsert_entity"
     space_id: SpaceId
-    entity_id: EntityRef
+    entity_id: EntityRef = Field(description=CLEAR)
     name: ShortText
-    type: ShortText
+    type: ShortText = Field(description=CLEAR)
     aliases: tuple[ShortText, ...] = Field(default=(), max_length=64)
 
 
@@ -320,7 +325,7 @@ class AssertRelation(CommandBase, ValidInterval):
     space_id: SpaceId
     relation_id: UUID | None = None
     source_entity: EntityRef
-    relation_type: ShortText
+    relation_type: ShortText = Field(description=CLEAR)
     target_entity: EntityRef
     confidence: Unit = 1.0
 
@@ -406,8 +411,8 @@ class RecordPreference(Learned):
     command: Literal["record_preference"] = "record_preference"
     space_id: SpaceId
     source_item_id: UUID
-    rule_id: ShortText
-    category: ShortText
+    rule_id: ShortText = Field(description=CLEAR)
+    category: ShortText = Field(description=CLEAR)
     value: Content
     confidence: Unit
 
@@ -415,12 +420,18 @@ class RecordPreference(Learned):
 class RecordRetrieval(CommandBase):
     """What a search or context call showed: sent by the query service when it audits a call
     (``audit=true``, or a space policy's ``audit_retrievals``), so an operator can later see
-    and replay exactly that. The event's space is the one space read, else the tenant's."""
+    and replay exactly that. The event's space is the one space read, else the tenant's.
+
+    Its query, subject filter and parameters are sealed under every data subject it touched:
+    ``subject_id``, the session's subject and the subjects of the memories it showed (erasing
+    any one of them erases them); if none, under ``space:<space>``."""
 
     http_path: ClassVar[str] = "/v1/retrievals"
     command: Literal["record_retrieval"] = "record_retrieval"
     retrieval_id: UUID
     operation: Literal["search", "context"]
+    session_id: UUID | None = Field(default=None, description="the session the call was made "
+                                    "in (its data subject's key seals the query)")
     query: Content | None = None
     subject: ShortText | None = None
     spaces: tuple[SpaceId, ...] = Field(default=(), max_length=1_024,

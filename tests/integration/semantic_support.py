@@ -48,6 +48,8 @@ class Pipeline:
     app: Any
     ingest_app: Any
     reader: Reader
+    semantic: Semantic | None = None
+    """Search and context (for a gRPC server over the same pipeline)."""
 
     def client(self, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
         """A client of the query app as ``tenant`` (header) and/or with an API ``key``."""
@@ -116,7 +118,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                   batch=200, opener=Opener(keyring)).run(stop),
         enricher.run(stop), vectors.run(js, stop))]
     try:
-        yield Pipeline(writer, enricher, vectors, index, app, ingest_app, reader)
+        yield Pipeline(writer, enricher, vectors, index, app, ingest_app, reader, semantic)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)

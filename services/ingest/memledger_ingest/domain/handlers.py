@@ -364,7 +364,7 @@ def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
         results=cmd.results, policy_version=cmd.policy_version)
     space = cmd.spaces[0] if len(cmd.spaces) == 1 else TENANT_SCOPE
     return Decision(target_of(cmd, ctx), space, (payload,),
-                    {"retrieval_id": str(cmd.retrieval_id)})
+                    {"retrieval_id": str(cmd.retrieval_id)}, session_id=cmd.session_id)
 
 
 def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None
