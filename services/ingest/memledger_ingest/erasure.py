@@ -43,7 +43,7 @@ class Erasure:
             raise LegalHold(subject, holds)
         destroyed = await asyncio.to_thread(self.keyring.destroy, tenant, subject)
         [result] = await self.writer.submit(tenant, [EraseSubject(
-            subject_id=subject, key_ids=tuple(destroyed), reason=reason, actor=actor)])
+            subject_id=subject, key_ids=tuple(destroyed), reason=reason)], actor=actor)
         receipt: dict[str, Any] = {
             "tenant": tenant, "subject_id": subject, "keys_destroyed": destroyed,
             "spaces": spaces, "position": result.position,
