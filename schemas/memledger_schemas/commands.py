@@ -61,7 +61,10 @@ class CommandBase(BaseModel):
         default=None, description="a retry with the same key returns the first result; "
         "stored as a keyed digest (with a master key), never as sent")
     expected_version: int | None = Field(default=None, ge=0)
-    actor: ShortText | None = None
+    actor: ShortText | None = Field(
+        default=None, description="set by the server from the credential (the API key, or "
+        "the service): refused from clients; memledger's own services may name whom they "
+        "act for (the query service: the key whose search it records)")
     agent_id: AgentId | None = Field(default=None, description=CLEAR)
     correlation_id: ShortText | None = Field(default=None, description=CLEAR)
     causation_id: ShortText | None = Field(default=None, description=CLEAR)
@@ -116,6 +119,11 @@ class CreateSpace(CommandBase):
 
 
 class SetSpacePolicy(CommandBase):
+    """A new version of a space's policy: the fields named change, every other keeps its
+    value from the previous version (a map such as ``retention_days`` is replaced whole; null
+    clears an optional limit). ``retroactive`` describes this version only. Naming
+    ``legal_hold`` needs an admin key."""
+
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/policy"
     command: Literal["set_space_policy"] = "set_space_policy"
     space_id: SpaceId
@@ -266,7 +274,8 @@ class ArchiveMemory(CommandBase):
     item_id: UUID
     reason: Reason
     policy_version: int | None = Field(default=None, ge=1, description="the space policy "
-                                       "version that decided it (the lifecycle scheduler)")
+                                       "version that decided it (sent by the lifecycle "
+                                       "scheduler only)")
 
 
 class PromoteMemory(CommandBase):
@@ -453,6 +462,29 @@ class EraseSubject(CommandBase):
     subject_id: ShortText
     key_ids: tuple[ShortText, ...] = Field(default=(), max_length=1_000)
     reason: Reason | None = None
+
+
+SERVICE_COMMANDS: dict[str, frozenset[str]] = {
+    "enricher": frozenset({"record_embedding", "record_entities", "record_preference"}),
+    "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge"}),
+    "query": frozenset({"record_retrieval"}),
+}
+"""What each of memledger's own services sends, on its own intake subject."""
+
+INTERNAL_COMMANDS = frozenset({"record_embedding", "record_entities", "record_preference",
+                               "record_retrieval", "suggest_merge"})
+"""Commands only memledger's own services send (what they learned, audited, or suggest by
+policy): no API key may send them, whatever its role."""
+
+
+def internal_part(command: CommandBase) -> str | None:
+    """The field that makes ``command`` one only memledger's own services may send
+    (``"command"``: the whole command), or ``None``."""
+    if type(command).model_fields["command"].default in INTERNAL_COMMANDS:
+        return "command"
+    if isinstance(command, ArchiveMemory) and command.policy_version is not None:
+        return "policy_version"  # archived by policy: the lifecycle scheduler's decision
+    return None
 
 
 COMMANDS: tuple[type[CommandBase], ...] = (

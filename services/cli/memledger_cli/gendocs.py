@@ -39,8 +39,9 @@ def events_page() -> str:
     lines = [_GENERATED, "", "# Event catalogue", "",
              "Every event is one envelope (below) around a payload of its type and version. "
              "`?` marks an optional field, `*` a field sealed under its data subject's key "
-             "(stored and published as `ml-enc:v1:…`, opened by every reader). A published version never changes: a change is a "
-             "new version with an upcaster in `memledger_schemas/upcasting.py` (older stored "
+             "(stored and published as `ml-enc:v1:…`, opened by every reader). A published "
+             "version never changes: a change is a new version with an upcaster in "
+             "`memledger_schemas/upcasting.py` (older stored "
              "payloads are lifted on read) and a JSON Schema snapshot in "
              "`schemas/json/<event_type>.v<N>.json`.", "", "## The envelope", "",
              "| field | type |", "|---|---|"]

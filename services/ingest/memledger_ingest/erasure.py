@@ -45,7 +45,7 @@ class Erasure:
         destroyed = await asyncio.to_thread(self.keyring.destroy, tenant, subject)
         vacuumed = await asyncio.to_thread(self.keyring.compact)
         [result] = await self.writer.submit(tenant, [EraseSubject(
-            subject_id=subject, key_ids=tuple(destroyed), reason=reason, actor=actor)])
+            subject_id=subject, key_ids=tuple(destroyed), reason=reason)], actor=actor)
         receipt: dict[str, Any] = {
             "tenant": tenant, "subject_id": subject, "keys_destroyed": destroyed,
             "spaces": spaces, "vacuumed": vacuumed, "position": result.position,

@@ -118,7 +118,10 @@ class GroupCommitWriter:
 
     async def submit(self, tenant: str, commands: Sequence[CommandBase], *,
                      actor: str = "api", traceparent: str | None = None) -> list[CommandResult]:
-        """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused."""
+        """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused.
+
+        ``actor`` is recorded on every event: who sent them, as the entrypoint authenticated
+        it (a command's own ``actor`` field is the entrypoint's to read, never the writer's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[CommandResult]] = loop.create_future()
 
@@ -126,8 +129,7 @@ class GroupCommitWriter:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
         now = self._clock.now()
-        contexts = tuple(Context(tenant, self._new_id(), _actor(c, actor), now)
-                         for c in commands)
+        contexts = tuple(Context(tenant, self._new_id(), actor, now) for _ in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done))
         return await future
 
@@ -443,11 +445,3 @@ def _settle(future: "asyncio.Future[list[CommandResult]]",
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
-
-
-def _actor(cmd: CommandBase, default: str) -> str:
-    if cmd.actor:
-        return cmd.actor
-    return f"agent:{cmd.agent_id}" if cmd.agent_id else default
-
-
