@@ -159,12 +159,12 @@ async def _submit(writer: GroupCommitWriter, tenant: str, commands: list[Any],
 
 def _tenant_resolver(gate: Gate) -> Resolver:
     async def tenant_of(request: Request) -> Principal:
-        headers = request.headers
+        headers, client = request.headers, request.client and request.client.host
         try:
             if gate.required:  # a key store lookup: off the event loop
                 return await asyncio.to_thread(gate.principal, headers.get("authorization"),
-                                               headers.get(TENANT_HEADER))
-            return gate.principal(None, headers.get(TENANT_HEADER))
+                                               headers.get(TENANT_HEADER), client)
+            return gate.principal(None, headers.get(TENANT_HEADER), client)
         except Denied as denied:
             raise HttpError(_denied(denied)) from None
 
@@ -298,7 +298,9 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dic
                               ("403", "the key's role or space grants do not allow it"),
                               ("404", "unknown space, item, session or entity"),
                               ("409", "conflict with the current version"),
+                              ("415", "a body not labelled as JSON (Content-Type)"),
                               ("422", "invalid request, with field paths"),
+                              ("429", "over a rate limit: retry after Retry-After seconds"),
                               ("503", "event store unavailable"))}}}
 
 

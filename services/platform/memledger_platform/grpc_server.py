@@ -10,7 +10,7 @@ import asyncio
 import functools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 import orjson
@@ -33,9 +33,13 @@ STATUS_CODES: dict[int, grpc.StatusCode] = {
 _BY_ERROR_CODE = {"refused": grpc.StatusCode.FAILED_PRECONDITION}
 """Error codes whose HTTP status is too coarse (a 400 a retry with other input cannot fix)."""
 
-TenantResolver = Callable[[str | None, str | None], str]
-"""``resolve_tenant(authorization, tenant_header) -> tenant``: the credential as sent
-(``Bearer mlk_…``) and the tenant the caller names; raises ``Denied`` (401, 403 or 422)."""
+
+
+class TenantResolver(Protocol):
+    def __call__(self, authorization: str | None, tenant_header: str | None,
+                 client: str | None = None) -> str:
+        """The tenant of a call from the credential as sent (``Bearer mlk_…``), the tenant the
+        caller names and its address; raises ``Denied`` (401, 403, 422 or 429)."""
 
 RpcContext = grpc.aio.ServicerContext[Any, Any]
 Register = Callable[[grpc.aio.Server], None]
@@ -70,8 +74,9 @@ def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
     """The tenant check of a servicer whose calls need ``role``: the same gate as HTTP (an open
     gate takes the tenant metadata or the default tenant and ignores the credential). Keys
     limited to some spaces are refused: the servicers do not check space grants yet."""
-    def resolve_tenant(authorization: str | None, tenant_header: str | None) -> str:
-        principal = gate.principal(authorization, tenant_header)
+    def resolve_tenant(authorization: str | None, tenant_header: str | None,
+                       client: str | None = None) -> str:
+        principal = gate.principal(authorization, tenant_header, client)
         require(principal, role)
         if principal.spaces is not None:
             raise Denied(403, "forbidden", "keys limited to some spaces are not accepted over "
@@ -89,10 +94,21 @@ async def caller(context: RpcContext, resolve_tenant: TenantResolver) -> str:
                 if isinstance(value, str)}
     try:
         return await asyncio.to_thread(resolve_tenant, metadata.get("authorization"),
-                                       metadata.get(TENANT_METADATA))
+                                       metadata.get(TENANT_METADATA),
+                                       client_address(context.peer()))
     except Denied as denied:
+        extra = {} if denied.retry_after is None else {"retry_after_seconds": denied.retry_after}
         raise refusal(denied.status, denied.code, denied.message,
-                      _metadata_path(denied.path)) from None
+                      _metadata_path(denied.path), **extra) from None
+
+
+def client_address(peer: str) -> str | None:
+    """The caller's address in a gRPC peer (``ipv4:10.0.0.1:5555``, ``ipv6:[::1]:5555``),
+    without its port; any other kind of peer as it is."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rpartition(":")[0].strip("[]") or None
+    return peer or None
 
 
 def unary(handler: Callable[[S, Req, RpcContext], Awaitable[Resp]]
