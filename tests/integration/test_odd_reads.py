@@ -70,7 +70,7 @@ async def _refused(call: Awaitable[Any]) -> tuple[grpc.StatusCode, dict[str, Any
 
 # --- positions past the head -----------------------------------------------------------------
 
-@pytest.mark.parametrize(("path", "field"), [
+PAST_THE_HEAD = [
     (f"/v1/spaces/{SPACE}/items/{ITEM}", "as_of_position"),
     (f"/v1/spaces/{SPACE}/items/{ITEM}", "min_position"),
     (f"/v1/spaces/{SPACE}/items", "as_of_position"),
@@ -79,15 +79,18 @@ async def _refused(call: Awaitable[Any]) -> tuple[grpc.StatusCode, dict[str, Any
     (f"/v1/spaces/{SPACE}/graph", "as_of_position"),
     (f"/v1/spaces/{SPACE}/policies", "as_of_position"),
     (f"/v1/spaces/{SPACE}/items/{ITEM}/history", "min_position"),
-])
-async def test_a_read_past_the_last_committed_position_is_422_at_once_naming_the_field(
-        apis: Apis, head: int, path: str, field: str) -> None:
-    response = await apis.http.get(path, params={field: FAR, "wait_ms": 10_000})
+]
 
-    error = _error(response, 422)
-    assert _paths(error) == [f"query.{field}"]
-    assert error["committed_position"] == head
-    assert str(head) in error["message"]
+
+async def test_a_read_past_the_last_committed_position_is_422_at_once_naming_the_field(
+        apis: Apis, head: int) -> None:
+    for path, field in PAST_THE_HEAD:
+        response = await apis.http.get(path, params={field: FAR, "wait_ms": 10_000})
+
+        error = _error(response, 422)
+        assert _paths(error) == [f"query.{field}"], path
+        assert error["committed_position"] == head
+        assert str(head) in error["message"]
 
 
 async def test_a_search_past_the_last_committed_position_is_422_naming_the_field(
@@ -129,17 +132,14 @@ async def _first(stream: Any) -> Any:
 
 # --- spaces that do not exist ---------------------------------------------------------------
 
-@pytest.mark.parametrize("path", [
-    "/v1/spaces/nowhere/items", "/v1/spaces/nowhere/changes", "/v1/spaces/nowhere/graph",
-    "/v1/spaces/nowhere/policies", "/v1/spaces/nowhere/merge-suggestions",
-])
-async def test_a_read_of_a_space_that_does_not_exist_is_404(apis: Apis, head: int, path: str
-                                                            ) -> None:
+async def test_a_read_of_a_space_that_does_not_exist_is_404(apis: Apis, head: int) -> None:
     seen = {"min_position": head}  # the space and its memory are projected
-    error = _error(await apis.http.get(path, params=seen), 404)
-    assert error["code"] == "not_found"
-    assert "'nowhere'" in error["message"]
-    assert (await apis.http.get(path.replace("nowhere", SPACE), params=seen)).status_code == 200
+    for path in ("items", "changes", "graph", "policies", "merge-suggestions"):
+        error = _error(await apis.http.get(f"/v1/spaces/nowhere/{path}", params=seen), 404)
+        assert error["code"] == "not_found"
+        assert "'nowhere'" in error["message"]
+        found = await apis.http.get(f"/v1/spaces/{SPACE}/{path}", params=seen)
+        assert found.status_code == 200, found.text
 
 
 async def test_a_read_of_an_empty_space_that_exists_is_an_empty_answer(apis: Apis) -> None:
@@ -198,3 +198,23 @@ async def test_a_grpc_json_body_is_read_as_strictly_as_an_http_body(
         ipb.CommandRequest(command=command, json_body=body), metadata=apis.metadata))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert _paths(error) == [field]
+
+
+OFF_THE_CALENDAR = ("9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00")
+"""Instants whose UTC form leaves years 1-9999 (a command refuses them: 422)."""
+
+
+async def test_a_read_at_an_instant_off_the_calendar_never_fails_with_a_server_error(
+        apis: Apis, head: int) -> None:
+    gets = [(f"/v1/spaces/{SPACE}/items/{ITEM}", "valid_at"),
+            (f"/v1/spaces/{SPACE}/items", "valid_at"), (f"/v1/spaces/{SPACE}/items", "recorded_at"),
+            (f"/v1/spaces/{SPACE}/changes", "since"), (f"/v1/spaces/{SPACE}/graph", "valid_at")]
+    posts = [("/v1/search", {"query": "Alice"}),
+             ("/v1/context", {"space_id": SPACE, "query": "Alice"})]
+    for instant in OFF_THE_CALENDAR:
+        answers = [await apis.http.get(path, params={field: instant, "min_position": head})
+                   for path, field in gets]
+        answers += [await apis.http.post(route, json={**body, "valid_at": instant,
+                                                      "min_position": head})
+                    for route, body in posts]
+        assert [a.status_code for a in answers if a.status_code >= 500] == []
