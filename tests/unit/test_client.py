@@ -331,3 +331,19 @@ def test_a_url_no_attempt_can_reach_is_unreachable_at_once() -> None:
             pytest.raises(Unreachable, match=r"ftp://memledger\.test"):
         client.health()
     assert delays == []
+
+
+def test_listings_page_with_the_cursor_they_were_given() -> None:
+    page = {"basis": BASIS, "spaces": [], "next_cursor": None}
+    agents = {"basis": BASIS, "agents": [], "next_cursor": None}
+    server = Server(httpx.Response(200, json=page), httpx.Response(200, json=agents),
+                    httpx.Response(200, json={"receipts": []}))
+    with server.client(read_your_writes=False) as client:
+        assert client.spaces(limit=2, after="beta", status="active").next_cursor is None
+        client.agents(as_of_position=7)
+        client.erasures(limit=5)
+    spaces, listed_agents, erasures = (r.url for r in server.requests)
+    assert (spaces.path, dict(spaces.params)) == (
+        "/v1/spaces", {"status": "active", "limit": "2", "after": "beta"})
+    assert dict(listed_agents.params) == {"as_of_position": "7", "limit": "100"}
+    assert (erasures.path, dict(erasures.params)) == ("/v1/erasures", {"limit": "5"})

@@ -16,17 +16,21 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ValidationError
 
+from memledger_client.degrade import Group
 from memledger_client.errors import from_validation
 from memledger_client.results import (
+    AgentList,
     BatchResult,
     ChangePage,
     ContextAnswer,
     Conversation,
+    ErasureList,
     Graph,
     History,
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SpaceList,
     WriteResult,
 )
 from memledger_query.semantic_dto import (
@@ -54,6 +58,15 @@ class Call(Generic[T]):
     params: Mapping[str, Any] = field(default_factory=dict)
     body: Mapping[str, Any] | None = None
     ryw: Place | None = None
+    recall: bool = False
+    """Search or context: answered within the breaker's recall timeout, and cacheable."""
+
+    @property
+    def group(self) -> Group:
+        """The circuit breaker that guards this call."""
+        if self.recall:
+            return "recall"
+        return "write" if self.method == "POST" else "read"
 
 
 class Consistency(TypedDict, total=False):
@@ -190,14 +203,35 @@ def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:
     body = validated(SearchRequest, query=query, **options)
     return Call("POST", "/v1/search", SearchAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
-                ryw=None if "min_position" in options else "body")
+                ryw=None if "min_position" in options else "body", recall=True)
 
 
 def context(space_id: str, options: ContextOptions) -> Call[ContextAnswer]:
     body = validated(ContextRequest, space_id=space_id, **options)
     return Call("POST", "/v1/context", ContextAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
-                ryw=None if "min_position" in options else "body")
+                ryw=None if "min_position" in options else "body", recall=True)
+
+
+def spaces(as_of_position: int | None, status: str | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[SpaceList]:
+    """A page of the tenant's spaces (those the key is granted), in id order."""
+    return _get("/v1/spaces", SpaceList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "status": status,
+                 "limit": limit, "after": after})
+
+
+def agents(as_of_position: int | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[AgentList]:
+    """A page of the tenant's agents, in id order (a key for the whole tenant)."""
+    return _get("/v1/agents", AgentList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "limit": limit,
+                 "after": after})
+
+
+def erasures(limit: int) -> Call[ErasureList]:
+    """The tenant's last erasure receipts, newest first (an admin key)."""
+    return Call("GET", "/v1/erasures", ErasureList.model_validate, params={"limit": limit})
 
 
 def health(path: str = "/health") -> Call[dict[str, Any]]:

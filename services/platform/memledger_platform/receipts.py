@@ -45,6 +45,22 @@ def read(conn: Connection[Any], schema: str, tenant: str, subject: str
     return found
 
 
+def recent(conn: Connection[Any], schema: str, tenant: str, limit: int
+           ) -> list[tuple[int, str, Any, dict[str, dict[str, int]]]]:
+    """The tenant's last ``limit`` erasures, newest first: (position, subject, first
+    recorded_at, projection → what it purged)."""
+    rows = conn.execute(sql.SQL(
+        "SELECT position, subject_id, projection, purged, recorded_at FROM "
+        "{0}.memledger_erasure_receipts WHERE tenant_id = %s AND position IN (SELECT DISTINCT "
+        "position FROM {0}.memledger_erasure_receipts WHERE tenant_id = %s ORDER BY position "
+        "DESC LIMIT %s) ORDER BY position DESC, projection").format(sql.Identifier(schema)),
+        (tenant, tenant, limit)).fetchall()
+    found: dict[tuple[int, str], tuple[Any, dict[str, dict[str, int]]]] = {}
+    for position, subject, projection, purged, recorded_at in rows:
+        found.setdefault((int(position), subject), (recorded_at, {}))[1][projection] = purged
+    return [(p, subject, at, by) for (p, subject), (at, by) in found.items()]
+
+
 def wait_for(dsn: str, schema: str, tenant: str, subject: str, position: int,
              seconds: float) -> tuple[dict[str, dict[str, int]], bool]:
     """What each read model purged for the erasure at ``position``, waiting up to ``seconds``
