@@ -15,12 +15,11 @@ from starlette.routing import Route, Router
 
 from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform.auth import Denied, Gate, issue
+from memledger_platform.auth import Denied, Gate, MemoryKeyStore, issue
 from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_platform.grpc_server import client_address, tenant_resolver
 from memledger_platform.limits import RateLimiter, RateLimits, RequestLimits, retry_after
 from memledger_platform.settings import SettingsError, load_settings
-from tests.unit.test_auth import MemoryKeyStore
 
 
 class Clock:

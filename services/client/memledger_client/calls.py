@@ -131,8 +131,7 @@ _QUERY_NAMES = {"kinds": "kind", "tags": "tag"}
 
 def write(command: CommandBase) -> Call[WriteResult]:
     """The command's own route; an idempotency key is generated unless the command has one."""
-    keyed = with_key(command)
-    body = keyed.model_dump(mode="json", exclude_none=True)
+    body = _body(with_key(command))
     path = re.sub(r"{(\w+)}", lambda m: quote(str(body[m.group(1)]), safe=""),
                   command.http_path)
     return Call("POST", path, WriteResult.model_validate, body=body)
@@ -140,10 +139,17 @@ def write(command: CommandBase) -> Call[WriteResult]:
 
 def batch(commands: Sequence[CommandBase]) -> Call[BatchResult]:
     """Up to 1,000 commands committed atomically, each with its idempotency key."""
-    body = {"commands": [with_key(c).model_dump(mode="json", exclude_none=True)
-                         for c in commands]}
+    body = {"commands": [_body(with_key(c)) for c in commands]}
     validated(CommandBatch, **body)
     return Call("POST", "/v1/batch", BatchResult.model_validate, body=body)
+
+
+def _body(command: CommandBase) -> dict[str, Any]:
+    """The fields the caller set, as set (a policy update changes only the fields it names,
+    and a null it names clears one), and the command's name."""
+    body = command.model_dump(mode="json", exclude_unset=True)
+    body["command"] = type(command).model_fields["command"].default
+    return body
 
 
 def with_key(command: CommandBase) -> CommandBase:

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import grpc
 import orjson
 
-from memledger_platform.auth import Denied, Gate, Role, require
+from memledger_platform.auth import Denied, Gate, Principal, Role, require
 from memledger_platform.http_server import PortBusyError
 
 DEFAULT_GRPC_PORT = 8430
@@ -33,17 +33,26 @@ STATUS_CODES: dict[int, grpc.StatusCode] = {
 _BY_ERROR_CODE = {"refused": grpc.StatusCode.FAILED_PRECONDITION}
 """Error codes whose HTTP status is too coarse (a 400 a retry with other input cannot fix)."""
 
+Who_co = TypeVar("Who_co", covariant=True)
 
 
-class TenantResolver(Protocol):
+class Resolver(Protocol[Who_co]):
     def __call__(self, authorization: str | None, tenant_header: str | None,
-                 client: str | None = None) -> str:
-        """The tenant of a call from the credential as sent (``Bearer mlk_…``), the tenant the
-        caller names and its address; raises ``Denied`` (401, 403, 422 or 429)."""
+                 client: str | None = None) -> Who_co:
+        """The caller of a call from the credential as sent (``Bearer mlk_…``), the tenant the
+        caller names and its address (``None``: unknown); raises ``Denied`` (401, 403, 422 or
+        429)."""
+
+
+TenantResolver = Resolver[str]
+"""Answers the caller's tenant."""
+PrincipalResolver = Resolver[Principal]
+"""Answers the whole caller (its role and key, for a servicer that needs them)."""
 
 RpcContext = grpc.aio.ServicerContext[Any, Any]
 Register = Callable[[grpc.aio.Server], None]
 S = TypeVar("S")
+Who = TypeVar("Who")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
@@ -70,26 +79,38 @@ def refusal(status: int, code: str, message: str, path: str | None = None,
                                       "fields": fields, **extra}})
 
 
-def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
-    """The tenant check of a servicer whose calls need ``role``: the same gate as HTTP (an open
+def principal_resolver(gate: Gate, role: Role = "read") -> PrincipalResolver:
+    """The caller check of a servicer whose calls need ``role``: the same gate as HTTP (an open
     gate takes the tenant metadata or the default tenant and ignores the credential). Keys
     limited to some spaces are refused: the servicers do not check space grants yet."""
-    def resolve_tenant(authorization: str | None, tenant_header: str | None,
-                       client: str | None = None) -> str:
+    def resolve(authorization: str | None, tenant_header: str | None,
+                client: str | None = None) -> Principal:
         principal = gate.principal(authorization, tenant_header, client)
         require(principal, role)
         if principal.spaces is not None:
             raise Denied(403, "forbidden", "keys limited to some spaces are not accepted over "
                          "gRPC yet: use a key for the whole tenant, or HTTP",
                          "header.Authorization")
-        return principal.tenant
+        return principal
+
+    return resolve
+
+
+def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
+    """``principal_resolver``, answering the tenant only."""
+    resolve = principal_resolver(gate, role)
+
+    def resolve_tenant(authorization: str | None, tenant_header: str | None,
+                       client: str | None = None) -> str:
+        return resolve(authorization, tenant_header, client).tenant
 
     return resolve_tenant
 
 
-async def caller(context: RpcContext, resolve_tenant: TenantResolver) -> str:
-    """The tenant of a call, from its ``authorization`` and ``x-memledger-tenant`` metadata
-    (the check may read a key store: it runs off the event loop)."""
+async def caller(context: RpcContext, resolve_tenant: Resolver[Who]) -> Who:
+    """The caller of a call (its tenant, or its principal: what ``resolve_tenant`` answers),
+    from its ``authorization`` and ``x-memledger-tenant`` metadata and its peer address (the
+    check may read a key store: it runs off the event loop)."""
     metadata = {key: value for key, value in context.invocation_metadata() or ()
                 if isinstance(value, str)}
     try:

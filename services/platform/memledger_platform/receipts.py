@@ -23,7 +23,7 @@ def ensure(conn: Connection[Any], schema: str) -> None:
 
 
 def record(conn: Connection[Any], schema: str, tenant: str, subject: str, position: int,
-           projection: str, purged: dict[str, int]) -> None:
+           projection: str, purged: dict[str, Any]) -> None:
     """Idempotent: an erasure applied again (a redelivery, a rebuild) keeps the first counts,
     which are what was actually purged from the live model."""
     conn.execute(sql.SQL(
@@ -33,13 +33,13 @@ def record(conn: Connection[Any], schema: str, tenant: str, subject: str, positi
 
 
 def read(conn: Connection[Any], schema: str, tenant: str, subject: str
-         ) -> dict[int, dict[str, dict[str, int]]]:
-    """Erasure position → projection → what it purged."""
+         ) -> dict[int, dict[str, dict[str, Any]]]:
+    """Erasure position → projection → what it purged (row counts, and what it vacuumed)."""
     rows = conn.execute(sql.SQL(
         "SELECT position, projection, purged FROM {}.memledger_erasure_receipts WHERE "
         "tenant_id = %s AND subject_id = %s ORDER BY position, projection").format(
         sql.Identifier(schema)), (tenant, subject)).fetchall()
-    found: dict[int, dict[str, dict[str, int]]] = {}
+    found: dict[int, dict[str, dict[str, Any]]] = {}
     for position, projection, purged in rows:
         found.setdefault(int(position), {})[projection] = purged
     return found
@@ -62,7 +62,7 @@ def recent(conn: Connection[Any], schema: str, tenant: str, limit: int
 
 
 def wait_for(dsn: str, schema: str, tenant: str, subject: str, position: int,
-             seconds: float) -> tuple[dict[str, dict[str, int]], bool]:
+             seconds: float) -> tuple[dict[str, dict[str, Any]], bool]:
     """What each read model purged for the erasure at ``position``, waiting up to ``seconds``
     for all of them to report; and whether all did."""
     import time

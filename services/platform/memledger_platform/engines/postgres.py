@@ -333,6 +333,9 @@ class EmbeddedPostgres:
             "synchronous_commit": "on",
             "max_connections": "200",
             "shared_buffers": "256MB",
+            # Old WAL segments are deleted, not renamed for reuse with their content: after
+            # an erasure's checkpoint none of them holds the erased data (ADR 0007).
+            "wal_recycle": "off",
         }
         argv = [
             str(install / "bin" / "postgres"),
