@@ -164,7 +164,7 @@ class _JsonBodyRoute(APIRoute):
         return checked
 
 
-async def _body_problem(request: Request) -> "Problem | None":
+async def _body_problem(request: Request) -> Problem | None:
     content_type = request.headers.get("content-type")
     if not is_json(content_type):
         return Problem(415, "unsupported_media_type", f"{content_type!r} is not JSON: send the "
