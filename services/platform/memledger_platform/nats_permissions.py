@@ -6,6 +6,7 @@ embedded nats-server of ``memledger up`` runs each service as such a user.
 """
 
 from memledger_platform.engines import NatsPermissions
+from memledger_schemas.commands import SERVICE_COMMANDS
 from memledger_schemas.subjects import Subjects
 
 CLIENT = "client"
@@ -77,22 +78,28 @@ def _projector(s: Subjects) -> NatsPermissions:
                             f"{s.prefix}.dlq.projector.>"))
 
 
+def _commands(s: Subjects, service: str) -> tuple[str, ...]:
+    """A service sends its own commands only, on its own intake subjects (ingest takes the
+    service token there as the sender)."""
+    return tuple(s.service_intake(service, "*", command)
+                 for command in sorted(SERVICE_COMMANDS[service]))
+
+
 def _enricher(s: Subjects) -> NatsPermissions:
-    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, "*"), s.all_intake),
-                           publish_deny=_not_the_projectors(s))
+    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, "*"),
+                            *_commands(s, "enricher")), publish_deny=_not_the_projectors(s))
 
 
 def _lifecycle(s: Subjects) -> NatsPermissions:
-    commands = ("archive_memory", "merge_memories", "suggest_merge")
     return NatsPermissions((
         *_streams(s), *_consumer(s.events_stream, "lifecycle", "DELETE", ack=False),
-        *(s.intake("*", command) for command in commands)))
+        *_commands(s, "lifecycle")))
 
 
 def _query(s: Subjects) -> NatsPermissions:
     return NatsPermissions((
         *_streams(s), *_consumer(s.events_stream, "*", "DELETE"),
-        f"{s.prefix}.dlq.vectors.>", s.intake("*", "record_retrieval")),
+        f"{s.prefix}.dlq.vectors.>", *_commands(s, "query")),
         publish_deny=_not_the_projectors(s))
 
 
