@@ -18,7 +18,6 @@ from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.e2e.conftest import Running, engine_processes, start
 from tests.support import eventually_sync
 
-
 WAIT_MS = 30_000
 """Reads wait this long for their position: on a loaded machine projection can lag seconds."""
 
