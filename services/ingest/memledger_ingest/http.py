@@ -8,7 +8,7 @@ FastAPI's dependency machinery cost about half of the CPU of a single write (doc
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -71,7 +71,7 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     if erasure is not None:
         routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
                             methods=["POST"], name="erase_subject", middleware=traced))
-    spec = openapi()
+    spec = openapi(erasable=erasure is not None)
 
     async def health_route(_: Request) -> Response:
         return _json(200, await health())
@@ -272,12 +272,42 @@ class ErrorBody(BaseModel):
     error: dict[str, Any]
 
 
-def openapi() -> dict[str, Any]:
-    """The OpenAPI 3.1 document, generated from the command models."""
+class EraseRequest(BaseModel):
+    """Erase a data subject: destroy its keys and record ``subject.erased``.
+
+    Needs an admin key for the whole tenant."""
+
+    http_path: ClassVar[str] = EraseSubject.http_path
+    reason: str | None = None
+
+
+class ErasureReceipt(BaseModel):
+    """What an erasure destroyed and recorded, and what each read model purged by then."""
+
+    tenant: str
+    subject_id: str
+    keys_destroyed: list[str]
+    spaces: list[str]
+    position: int
+    event_id: str
+    purged: dict[str, Any] | None = None
+    complete: bool | None = None
+
+
+def openapi(erasable: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document, generated from the command models (``erasable``: with the
+    erasure route, served when personal data is sealed)."""
     paths: dict[str, Any] = {}
     for model in COMMANDS:
         paths[model.http_path] = {"post": _operation(model, WriteResult, _name(model))}
     paths[BATCH_PATH] = {"post": _operation(CommandBatch, BatchResult, "batch")}
+    if erasable:
+        erase = _operation(EraseRequest, ErasureReceipt, "erase_subject")
+        erase["requestBody"]["required"] = False
+        responses = erase["responses"]
+        responses["200"] = {**responses.pop("201"), "description": "the receipt"}
+        responses["409"]["description"] = "the subject has data in a space under legal hold"
+        paths[EraseSubject.http_path] = {"post": erase}
     paths["/health"] = {"get": {"operationId": "health", "responses": {
         "200": {"description": "the service and its relay lag"}}}}
     return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
@@ -317,7 +347,7 @@ def _content(model: type[BaseModel]) -> dict[str, Any]:
 def _components() -> dict[str, Any]:
     components: dict[str, Any] = {}
     models: tuple[type[BaseModel], ...] = (*COMMANDS, CommandBatch, WriteResult, BatchResult,
-                                           ErrorBody)
+                                           ErrorBody, EraseRequest, ErasureReceipt)
     for model in models:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))
