@@ -8,7 +8,7 @@ FastAPI's dependency machinery cost about half of the CPU of a single write (doc
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -71,7 +71,7 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     if erasure is not None:
         routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
                             methods=["POST"], name="erase_subject", middleware=traced))
-    spec = openapi(erasable=erasure is not None)
+    spec = openapi(None if erasure is None else EraseSubject.http_path)
 
     async def health_route(_: Request) -> Response:
         return _json(200, await health())
@@ -277,7 +277,6 @@ class EraseRequest(BaseModel):
 
     Needs an admin key for the whole tenant."""
 
-    http_path: ClassVar[str] = EraseSubject.http_path
     reason: str | None = None
 
 
@@ -294,20 +293,20 @@ class ErasureReceipt(BaseModel):
     complete: bool | None = None
 
 
-def openapi(erasable: bool = False) -> dict[str, Any]:
-    """The OpenAPI 3.1 document, generated from the command models (``erasable``: with the
-    erasure route, served when personal data is sealed)."""
+def openapi(erase_path: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document, generated from the command models (``erase_path``: the
+    erasure route's, served when personal data is sealed)."""
     paths: dict[str, Any] = {}
     for model in COMMANDS:
         paths[model.http_path] = {"post": _operation(model, WriteResult, _name(model))}
     paths[BATCH_PATH] = {"post": _operation(CommandBatch, BatchResult, "batch")}
-    if erasable:
-        erase = _operation(EraseRequest, ErasureReceipt, "erase_subject")
+    if erase_path is not None:
+        erase = _operation(EraseRequest, ErasureReceipt, "erase_subject", erase_path)
         erase["requestBody"]["required"] = False
         responses = erase["responses"]
         responses["200"] = {**responses.pop("201"), "description": "the receipt"}
         responses["409"]["description"] = "the subject has data in a space under legal hold"
-        paths[EraseSubject.http_path] = {"post": erase}
+        paths[re.sub(r":\w+}", "}", erase_path)] = {"post": erase}  # no path converter
     paths["/health"] = {"get": {"operationId": "health", "responses": {
         "200": {"description": "the service and its relay lag"}}}}
     return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
@@ -317,10 +316,11 @@ def openapi(erasable: bool = False) -> dict[str, Any]:
             "security": [{"apiKey": []}, {}]}
 
 
-def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dict[str, Any]:
+def _operation(body: type[BaseModel], result: type[BaseModel], name: str,
+               path: str | None = None) -> dict[str, Any]:
     error = _content(ErrorBody)
     path_params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                   for p in re.findall(r"{(\w+)}", getattr(body, "http_path", ""))]
+                   for p in re.findall(r"{(\w+)", path or str(getattr(body, "http_path", "")))]
     header = {"name": TENANT_HEADER, "in": "header", "required": False,
               "schema": {"type": "string", "pattern": SLUG_PATTERN}}
     return {"operationId": name, "summary": (body.__doc__ or name).strip().splitlines()[0],
