@@ -71,7 +71,7 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     if erasure is not None:
         routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
                             methods=["POST"], name="erase_subject", middleware=traced))
-    spec = openapi(None if erasure is None else EraseSubject.http_path)
+    spec = openapi(None if erasure is None else ERASE_PATH)
 
     async def health_route(_: Request) -> Response:
         return _json(200, await health())
