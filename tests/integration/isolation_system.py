@@ -221,9 +221,10 @@ async def populate(system: System, writer: GroupCommitWriter, tenant: str, space
         position = (await writer.submit(tenant, step))[-1].position
     token = system.tokens["victim" if tenant == VICTIM else "attacker"]
     async with system.client(token) as client:
-        owned.ids["retrieval_id"] = await _audited_search(client, owned, position)
+        # Erased first: a retrieval that showed the subject's item could not be replayed.
         erased = await client.post(f"/v1/subjects/gone-{owned.marker}/erase", json={})
         assert erased.status_code == 200, erased.text  # a receipt in GET /v1/erasures
+        owned.ids["retrieval_id"] = await _audited_search(client, owned, position)
         page = await client.get(f"/v1/spaces/{space}/changes", params={"limit": 3})
         owned.cursor = page.json()["next_cursor"]
     system.owned[(tenant, space)] = owned
