@@ -45,9 +45,6 @@ from tests.integration.isolation_system import (
     writer_of,
 )
 
-LEARNED = frozenset({"memory.embedded", "memory.entities_extracted", "preference.extracted"})
-"""What the enricher may still add to the victim's data while the matrix runs."""
-
 CONSOLE = frozenset({("GET", "/console"), ("GET", "/console/"), ("GET", "/console/{name}")})
 """Served but not in an OpenAPI document: the operator console's static page (no data)."""
 
@@ -64,7 +61,8 @@ class World:
     """Every id, cursor, digest and text of the victim's (none of them the attacker's)."""
     side_secrets: set[str] = field(default_factory=set)
     """Those of the victim's second space only (a key granted "main" must see none)."""
-    victim_events: list[str] = field(default_factory=list)
+    victim_events: list[tuple[str, str]] = field(default_factory=list)
+    """The victim's events before the attacks (the enricher may add to them meanwhile)."""
     sent: dict[str | None, list[str]] = field(default_factory=dict)
     """Every write each key made: a key's writes that name the victim's ids keep them in its
     own tenant, and its reads may show them back."""
@@ -82,7 +80,7 @@ async def world(engines: Endpoints, tmp_path_factory: pytest.TempPathFactory
         system.keys.revoke(system.tokens["victim_revoked"].split("_")[1], datetime.now(UTC))
         found = World(system, channel, *await _cases(system))
         await _collect_secrets(found)
-        found.victim_events = _event_types(system, VICTIM)
+        found.victim_events = _events(system, VICTIM)
         yield found
 
 
@@ -129,9 +127,10 @@ async def _collect_secrets(w: World) -> None:
     w.side_secrets = victim_side - victim_main - theirs
 
 
-def _event_types(system: System, tenant: str) -> list[str]:
-    return [e.event_type for e in system.store.read_all(0, 1_000_000)
-            if e.fields()["tenant_id"] == tenant]
+def _events(system: System, tenant: str) -> list[tuple[str, str]]:
+    """(event type, actor) of every event of ``tenant``, in order."""
+    return [(e.event_type, fields["actor"]) for e in system.store.read_all(0, 1_000_000)
+            if (fields := e.fields())["tenant_id"] == tenant]
 
 
 # --- the attacks --------------------------------------------------------------------------------
@@ -265,9 +264,11 @@ async def test_no_attack_wrote_into_the_victims_tenant(world: World) -> None:
     if not world.sent:  # run alone: make the attacks' writes first
         for attack in ATTACKS.values():
             await run_attack(world, attack, writes_only=True)
-    after = _event_types(world.system, VICTIM)
+    attackers = {f"key:{token.split('_')[1]}" for name, token in world.system.tokens.items()
+                 if name != "victim"}
+    after = _events(world.system, VICTIM)
     assert after[:len(world.victim_events)] == world.victim_events
-    assert set(after[len(world.victim_events):]) <= LEARNED
+    assert [e for e in after[len(world.victim_events):] if e[1] in attackers] == []
 
 
 async def test_a_key_limited_to_some_spaces_sees_only_their_vector_summaries(
