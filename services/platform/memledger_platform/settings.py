@@ -58,6 +58,14 @@ class Settings(BaseSettings):
         "on a loopback address")
 
     writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000)
+    writer_max_group_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024, description="the most "
+        "command bytes one commit takes from several requests (one larger request commits "
+        "alone)")
+    writer_commit_timeout_seconds: float = Field(
+        default=20.0, gt=0, le=3_600, description="a commit still running this long is given "
+        "up on: its callers get a retryable 503 and the writer carries on; /health says "
+        "\"stuck\" meanwhile. Below MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS")
     writer_linger_ms: float = Field(default=2.0, ge=0, le=100)
     relay_batch: int = Field(default=2_000, ge=1, le=100_000)
     relay_poll_seconds: float = Field(default=0.5, gt=0, le=60)
@@ -108,6 +116,11 @@ class Settings(BaseSettings):
             if missing:
                 raise ValueError("distributed mode needs " + " and ".join(
                     ENV_PREFIX + m.upper() for m in missing))
+        if self.writer_commit_timeout_seconds >= self.http_request_timeout_seconds:
+            raise ValueError(
+                "MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS must be below "
+                "MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS, so that a stuck commit is answered "
+                "with a retryable 503 before the request itself times out")
         if self.master_key is not None:
             _master_bytes(self.master_key)
         if self.embedder == "cohere" and not self.cohere_api_key:
