@@ -74,7 +74,8 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     spec = openapi(None if erasure is None else ERASE_PATH)
 
     async def health_route(_: Request) -> Response:
-        return _json(200, await health())
+        found = await health()
+        return _json(200 if found.get("status") == "ok" else 503, found)
 
     async def openapi_route(_: Request) -> Response:
         return _json(200, spec)
@@ -241,7 +242,7 @@ def _validate(model: type[M], body: dict[str, Any]) -> M:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
-    wait = body.get("error", {}).get("retry_after_seconds") if status == 429 else None
+    wait = body.get("error", {}).get("retry_after_seconds") if status in (429, 503) else None
     headers = None if wait is None else {"Retry-After": retry_after(wait)}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json",
                     headers=headers)
@@ -308,7 +309,8 @@ def openapi(erase_path: str | None = None) -> dict[str, Any]:
         responses["409"]["description"] = "the subject has data in a space under legal hold"
         paths[re.sub(r":\w+}", "}", erase_path)] = {"post": erase}  # no path converter
     paths["/health"] = {"get": {"operationId": "health", "responses": {
-        "200": {"description": "the service and its relay lag"}}}}
+        "200": {"description": "the service, its writer and its relay lag"},
+        "503": {"description": "the writer is stuck: a commit has run past its deadline"}}}}
     return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
             "paths": paths, "components": {"schemas": _components(), "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer",
@@ -337,7 +339,8 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str,
                               ("415", "a body not labelled as JSON (Content-Type)"),
                               ("422", "invalid request, with field paths"),
                               ("429", "over a rate limit: retry after Retry-After seconds"),
-                              ("503", "event store unavailable"))}}}
+                              ("503", "event store unavailable, a commit past its deadline or a "
+                                      "stop (retryable; Retry-After)"))}}}
 
 
 def _content(model: type[BaseModel]) -> dict[str, Any]:
