@@ -223,6 +223,10 @@ class AppendMessage(CommandBase):
     role: Role
     content: Content
     participant: ShortText | None = None
+    said_at: UtcDatetime | None = Field(
+        default=None, description="when it was said (default: when it is recorded): the "
+        "message's valid time, so imported history is valid from when it was said; no later "
+        "than the server's clock plus its skew allowance")
 
 
 class AssertMemory(CommandBase, ValidInterval):
@@ -420,12 +424,36 @@ class RecordEmbedding(Learned):
     @classmethod
     def _vector_has_dims_entries(cls, vector: tuple[float, ...], info: ValidationInfo
                                  ) -> tuple[float, ...]:
-        # A field validator (not a model one) so the error's path is ``vector``; skipped when
-        # dims itself is invalid, which is reported on its own.
-        dims = info.data.get("dims")
-        if dims is not None and len(vector) != dims:
-            raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
-        return vector
+        return _dims_entries(vector, info)
+
+
+def _dims_entries(vector: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
+    # A field validator (not a model one) so the error's path is ``vector``; skipped when
+    # dims itself is invalid, which is reported on its own.
+    dims = info.data.get("dims")
+    if dims is not None and len(vector) != dims:
+        raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
+    return vector
+
+
+class RecordMessageEmbedding(Learned):
+    """The vector of a conversation message's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = (
+        "/v1/spaces/{space_id}/sessions/{session_id}/messages/{message_id}/embedding")
+    command: Literal["record_message_embedding"] = "record_message_embedding"
+    space_id: SpaceId
+    session_id: UUID
+    message_id: UUID
+    model: ShortText
+    dims: int = Field(ge=1, le=8_192)
+    vector: tuple[FiniteFloat, ...] = Field(max_length=8_192)
+
+    @field_validator("vector")
+    @classmethod
+    def _vector_has_dims_entries(cls, vector: tuple[float, ...], info: ValidationInfo
+                                 ) -> tuple[float, ...]:
+        return _dims_entries(vector, info)
 
     @field_validator("vector")
     @classmethod
@@ -537,8 +565,8 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     CreateSpace, SetSpacePolicy, ArchiveSpace, RegisterAgent, StartSession, EndSession,
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
-    RetractRelation, RecordFeedback, RecordEmbedding, RecordEntities, RecordPreference,
-    RecordRetrieval,
+    RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
+    RecordPreference, RecordRetrieval,
 )
 
 Command = Annotated[
@@ -546,7 +574,8 @@ Command = Annotated[
     | AppendMessage | AssertMemory | ReviseMemory | SupersedeMemory | RetractMemory
     | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
     | UpsertEntity | AssertRelation | RetractRelation
-    | RecordFeedback | RecordEmbedding | RecordEntities | RecordPreference | RecordRetrieval,
+    | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
+    | RecordPreference | RecordRetrieval,
     Field(discriminator="command"),
 ]
 

@@ -323,6 +323,18 @@ class MemoryEmbedded(Payload):
     vector: tuple[float, ...]
 
 
+class ConversationMessageEmbedded(Payload):
+    """The vector of a conversation message's content (the message's valid time is when it
+    was said: its ``conversation.message_appended``'s ``valid_from``)."""
+
+    event_type: ClassVar[str] = "conversation.message_embedded"
+    session_id: UUID
+    message_id: UUID
+    model: ShortText
+    dims: int = Field(ge=1, le=8_192)
+    vector: tuple[float, ...]
+
+
 class ExtractedEntity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: ShortText
@@ -459,7 +471,8 @@ CURRENT: tuple[type[Payload], ...] = (
     SpaceCreated, SpacePolicySet, SpaceArchived, AgentRegistered, SessionStarted, SessionEnded,
     ConversationMessageAppended, MemoryAsserted, MemoryRevised, MemorySuperseded,
     MemoryRetracted, MemoryReaffirmed, MemoryArchived, MemoryPromoted, MemoryMerged,
-    MergeSuggested, TripleClaimed, MemoryEmbedded, MemoryEntitiesExtracted,
+    MergeSuggested, TripleClaimed, MemoryEmbedded, ConversationMessageEmbedded,
+    MemoryEntitiesExtracted,
     PreferenceExtracted, EntityUpserted, RelationAsserted, RelationRetracted, FeedbackRecorded,
     RetrievalPerformed, SubjectErased,
 )
