@@ -63,7 +63,8 @@ class MessageFold:
         yet folded) is left alone."""
         key = (e.tenant_id, str(e.payload["message_id"]))
         point = self._points.get(key)
-        if point is None:
+        if point is None and point_id_of(*key) not in self._gone:
+            # (not one removed since the last write: the index still holds it until then)
             found = self._load(*key)
             point = found[0] if found else None
         if point is not None:
