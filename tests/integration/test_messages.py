@@ -257,6 +257,7 @@ async def test_sessions_are_listed_newest_first_filtered_and_paged(running: Pipe
     first = await _session(running, title="first", agent_id="scribe")
     second = await _session(running, title="second")
     third = await _session(running, title="third", agent_id="scribe")
+    assert len({first, second, third}) == 3
     await _session(running, "side", title="elsewhere")
     await _say(running, first, "hi", participant="Dana", said_at=MAY_2023)
     await _say(running, first, "hello", role="assistant", participant="Helper")

@@ -174,8 +174,8 @@ def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() 
 
 def test_a_user_message_is_embedded_and_gives_preferences_but_no_entities() -> None:
     commands = plan(message("user", ADA))
-    assert [type(c) for c in commands] == [RecordMessageEmbedding, RecordPreference,
-                                           RecordPreference]
+    assert [type(c).__name__ for c in commands] == [
+        "RecordMessageEmbedding", "RecordPreference", "RecordPreference"]
 
 
 def test_a_message_is_embedded_naming_its_session_and_message_with_its_own_key() -> None:

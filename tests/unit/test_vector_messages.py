@@ -95,7 +95,8 @@ def test_an_appended_message_becomes_one_point_with_its_scope_and_keywords_only(
     assert (p["valid_from"], p["valid_to"], p["sys_from"], p["sys_to"]) == (
         seconds(SAID), OPEN, 3.0, OPEN)
     assert point.vector is None
-    assert point.sparse is not None and point.sparse.indices
+    assert point.sparse is not None
+    assert point.sparse.indices
 
 
 def test_a_message_without_said_at_is_valid_from_when_it_was_recorded() -> None:
