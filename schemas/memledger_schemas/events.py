@@ -161,7 +161,8 @@ class ConversationMessageAppendedV1(Payload):
 
 
 class ConversationMessageAppended(Payload):
-    about: ClassVar[str] = "One turn of a session: who said what, in which role."
+    about: ClassVar[str] = ("One turn of a session: who said what, in which role; valid from "
+                            "when it was said (the command's said_at, default: recorded).")
     event_type: ClassVar[str] = "conversation.message_appended"
     schema_version: ClassVar[int] = 2
     session_id: UUID
@@ -327,6 +328,7 @@ class ConversationMessageEmbedded(Payload):
     """The vector of a conversation message's content (the message's valid time is when it
     was said: its ``conversation.message_appended``'s ``valid_from``)."""
 
+    about: ClassVar[str] = "The enricher's embedding of a conversation message (its model)."
     event_type: ClassVar[str] = "conversation.message_embedded"
     session_id: UUID
     message_id: UUID

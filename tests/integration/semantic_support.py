@@ -30,7 +30,7 @@ from memledger_projector import schema
 from memledger_projector.consumer import Projector
 from memledger_projector.store import tune
 from memledger_projector.vector_consumer import VectorProjector
-from memledger_query import retrieval_http, session_http
+from memledger_query import retrieval_http
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.recorder import IntakeRecorder
@@ -111,7 +111,6 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
     semantic = Semantic(index, embedder, vectors, reader, recorder=IntakeRecorder(audits))
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
-    session_http.add_routes(app, reader)
     ingest_app = create_ingest_app(writer, _no_health, "default", gate)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(job) for job in (

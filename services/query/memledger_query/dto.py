@@ -126,12 +126,12 @@ class SessionSummary(Frozen):
 
 
 class SessionList(Frozen):
+    """A page of a space's sessions, most recently started first; pass ``next_cursor`` as
+    ``after`` for the next (None: this was the last page)."""
+
+    basis: Basis
     sessions: list[SessionSummary]
-    """Most recently started first."""
     next_cursor: str | None
-    """Pass it as ``after`` for the next page (``None``: this was the last)."""
-    position: int
-    """The projection position the page was read at."""
 
 
 class Entity(Frozen):

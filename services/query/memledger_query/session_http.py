@@ -1,15 +1,21 @@
-"""HTTP for conversations: ``GET /v1/spaces/{space_id}/sessions`` lists a space's sessions, so
-that a message found by search can be followed to its conversation (whose turns
-``GET /v1/spaces/{space_id}/sessions/{session_id}/messages`` reads)."""
+"""``GET /v1/spaces/{space_id}/sessions``: a space's sessions, so that a message found by search
+can be followed to its conversation (whose turns ``GET
+/v1/spaces/{space_id}/sessions/{session_id}/messages`` reads).
+
+Newest first, a page at a time: the cursor is the (started_at, session_id) of a page's last
+session, so a listing never skips or repeats one while new sessions start. The listing is of
+the sessions as projected now (the read model keeps no earlier state of a session).
+"""
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import orjson
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
 
 from memledger_query import message_views, views
 from memledger_query.dto import SessionList, SessionSummary
@@ -20,43 +26,48 @@ from memledger_query.http import (
     Tenant,
     WaitMs,
     _json,
+    principal,
     read_visible,
 )
-from memledger_query.http import principal as _principal
 from memledger_query.message_views import SessionFilters
 from memledger_query.reader import Reader
 
-Window = Annotated[Instant, Query()]
+Bound = Annotated[Instant, Query(description="a window bound (from: included, to: not)")]
+Cursor = tuple[datetime, str]
 
 
-def add_routes(app: FastAPI, reader: Reader) -> None:
-    @app.get("/v1/spaces/{space_id}/sessions", response_model=SessionList)
+def router(reader: Reader) -> APIRouter:
+    routes = APIRouter(tags=["conversations"])
+
+    @routes.get("/v1/spaces/{space_id}/sessions", response_model=SessionList)
     async def list_sessions(
             space_id: str, x_tenant: Tenant = None,
-            agent_id: Annotated[str | None, Query(max_length=64)] = None,
-            participant: Annotated[str | None, Query(max_length=512)] = None,
+            agent_id: Annotated[str | None, Query(max_length=64, description=(
+                "the agent that started it"))] = None,
+            participant: Annotated[str | None, Query(max_length=512, description=(
+                "someone who said something in it"))] = None,
             status: Literal["active", "ended"] | None = None,
-            started_from: Window = None, started_to: Window = None,
-            ended_from: Window = None, ended_to: Window = None,
-            limit: Annotated[int, Query(ge=1, le=1_000)] = 50, after: str | None = None,
-            min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Any:
-        """The space's sessions, most recently started first, a page at a time (pass
-        ``next_cursor`` as ``after``). ``agent_id``: the agent that started it;
-        ``participant``: someone who said something in it; the started and ended windows
-        are half-open (``from`` included, ``to`` not)."""
+            started_from: Bound = None, started_to: Bound = None,
+            ended_from: Bound = None, ended_to: Bound = None,
+            limit: Annotated[int, Query(ge=1, le=1_000)] = 50,
+            after: Annotated[str | None, Query(max_length=512, description=(
+                "the next_cursor of the page before"))] = None,
+            min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Response:
         filters = SessionFilters(agent_id, participant, status, started_from, started_to,
                                  ended_from, ended_to)
-        return _json(await read_visible(reader, min_position, wait_ms, _sessions,
-                                        _principal().tenant, space_id, filters, limit,
+        return _json(await read_visible(reader, min_position, wait_ms, sessions,
+                                        principal().tenant, space_id, filters, limit,
                                         _after(after)))
 
+    return routes
 
-def _sessions(conn: Any, s: str, tenant: str, space: str, filters: SessionFilters, limit: int,
-              after: tuple[datetime, str] | None) -> SessionList:
-    position, _ = views.checkpoint(conn, s)
+
+def sessions(conn: Any, s: str, tenant: str, space: str, filters: SessionFilters, limit: int,
+             after: Cursor | None) -> SessionList:
+    at = views.basis(conn, s, datetime.now(UTC), None, None)
     found = message_views.sessions(conn, s, tenant, space, filters, limit, after)
     cursor = _cursor(found[-1]) if len(found) == limit else None
-    return SessionList(sessions=found, next_cursor=cursor, position=position)
+    return SessionList(basis=at, sessions=found, next_cursor=cursor)
 
 
 def _cursor(last: SessionSummary) -> str:
@@ -64,7 +75,7 @@ def _cursor(last: SessionSummary) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _after(value: str | None) -> tuple[datetime, str] | None:
+def _after(value: str | None) -> Cursor | None:
     if value is None:
         return None
     try:
