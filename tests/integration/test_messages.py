@@ -183,9 +183,9 @@ async def test_session_agent_participant_and_role_narrow_a_search_to_those_messa
     await _say(running, first, "I will water the garden at six", role="assistant",
                participant="Helper", agent_id="scribe")
     await _say(running, second, "the garden fence is broken", participant="Eli")
-    last = await _say(running, second, "garden tool output", role="tool")
-    await write(running, AssertMemory(space_id="main", kind="fact",
-                                      content="the garden is south facing"))
+    await _say(running, second, "garden tool output", role="tool")
+    last = await write(running, AssertMemory(space_id="main", kind="fact",
+                                             content="the garden is south facing"))
     seen = {"query": "garden", "min_position": last["position"]}
 
     assert len(await _hits(running, **seen)) == 5
