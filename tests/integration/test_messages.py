@@ -296,6 +296,11 @@ async def test_sessions_are_listed_newest_first_filtered_and_paged(running: Pipe
     rest = await listed(limit=2, after=page["next_cursor"])
     assert titles(rest) == ["first"]
     assert rest["next_cursor"] is None
+    async with running.client("acme") as client:
+        forged = await client.get("/v1/spaces/main/sessions", params={"after": "bm90IG1pbmU"})
+        wrong = await client.get("/v1/spaces/main/sessions", params={"status": "paused"})
+    assert (forged.status_code, forged.json()["error"]["code"]) == (400, "invalid_cursor")
+    assert [f["path"] for f in wrong.json()["error"]["fields"]] == ["query.status"]
 
 
 # --- context --------------------------------------------------------------------------------
