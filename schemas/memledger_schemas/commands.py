@@ -407,14 +407,9 @@ class Learned(CommandBase):
         "refused once that key is destroyed (its subject erased meanwhile)")
 
 
-class RecordEmbedding(Learned):
-    """The vector of one version of a memory item's content, as computed by an enricher."""
+class _Vector(BaseModel):
+    """Mixin: an embedding, validated where any enricher's vector is recorded."""
 
-    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
-    command: Literal["record_embedding"] = "record_embedding"
-    space_id: SpaceId
-    item_id: UUID
-    item_version: int = Field(ge=1)
     model: ShortText
     dims: int = Field(ge=1, le=8_192)
     # Finite only: a NaN would be stored as JSON null and poison every similarity score.
@@ -424,36 +419,12 @@ class RecordEmbedding(Learned):
     @classmethod
     def _vector_has_dims_entries(cls, vector: tuple[float, ...], info: ValidationInfo
                                  ) -> tuple[float, ...]:
-        return _dims_entries(vector, info)
-
-
-def _dims_entries(vector: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
-    # A field validator (not a model one) so the error's path is ``vector``; skipped when
-    # dims itself is invalid, which is reported on its own.
-    dims = info.data.get("dims")
-    if dims is not None and len(vector) != dims:
-        raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
-    return vector
-
-
-class RecordMessageEmbedding(Learned):
-    """The vector of a conversation message's content, as computed by an enricher."""
-
-    http_path: ClassVar[str] = (
-        "/v1/spaces/{space_id}/sessions/{session_id}/messages/{message_id}/embedding")
-    command: Literal["record_message_embedding"] = "record_message_embedding"
-    space_id: SpaceId
-    session_id: UUID
-    message_id: UUID
-    model: ShortText
-    dims: int = Field(ge=1, le=8_192)
-    vector: tuple[FiniteFloat, ...] = Field(max_length=8_192)
-
-    @field_validator("vector")
-    @classmethod
-    def _vector_has_dims_entries(cls, vector: tuple[float, ...], info: ValidationInfo
-                                 ) -> tuple[float, ...]:
-        return _dims_entries(vector, info)
+        # A field validator (not a model one) so the error's path is ``vector``; skipped when
+        # dims itself is invalid, which is reported on its own.
+        dims = info.data.get("dims")
+        if dims is not None and len(vector) != dims:
+            raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
+        return vector
 
     @field_validator("vector")
     @classmethod
@@ -464,6 +435,27 @@ class RecordMessageEmbedding(Learned):
             raise ValueError(f"the vector's length (L2 norm) is {length:g}; it must be between "
                              f"{low:g} and {high:g}")
         return vector
+
+
+class RecordEmbedding(Learned, _Vector):
+    """The vector of one version of a memory item's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
+    command: Literal["record_embedding"] = "record_embedding"
+    space_id: SpaceId
+    item_id: UUID
+    item_version: int = Field(ge=1)
+
+
+class RecordMessageEmbedding(Learned, _Vector):
+    """The vector of a conversation message's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = (
+        "/v1/spaces/{space_id}/sessions/{session_id}/messages/{message_id}/embedding")
+    command: Literal["record_message_embedding"] = "record_message_embedding"
+    space_id: SpaceId
+    session_id: UUID
+    message_id: UUID
 
 
 class RecordEntities(Learned):
@@ -539,14 +531,16 @@ class EraseSubject(CommandBase):
 
 
 SERVICE_COMMANDS: dict[str, frozenset[str]] = {
-    "enricher": frozenset({"record_embedding", "record_entities", "record_preference"}),
+    "enricher": frozenset({"record_embedding", "record_message_embedding", "record_entities",
+                           "record_preference"}),
     "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge"}),
     "query": frozenset({"record_retrieval"}),
 }
 """What each of memledger's own services sends, on its own intake subject."""
 
-INTERNAL_COMMANDS = frozenset({"record_embedding", "record_entities", "record_preference",
-                               "record_retrieval", "suggest_merge"})
+INTERNAL_COMMANDS = frozenset({"record_embedding", "record_message_embedding",
+                               "record_entities", "record_preference", "record_retrieval",
+                               "suggest_merge"})
 """Commands only memledger's own services send (what they learned, audited, or suggest by
 policy): no API key may send them, whatever its role."""
 

@@ -299,6 +299,8 @@ async def test_sessions_are_listed_newest_first_filtered_and_paged(running: Pipe
     async with running.client("acme") as client:
         forged = await client.get("/v1/spaces/main/sessions", params={"after": "bm90IG1pbmU"})
         wrong = await client.get("/v1/spaces/main/sessions", params={"status": "paused"})
+        nowhere = await client.get("/v1/spaces/nowhere/sessions")
+    assert nowhere.status_code == 404
     assert (forged.status_code, forged.json()["error"]["code"]) == (400, "invalid_cursor")
     assert [f["path"] for f in wrong.json()["error"]["fields"]] == ["query.status"]
 

@@ -26,6 +26,7 @@ from memledger_query.http import (
     Tenant,
     WaitMs,
     _json,
+    known_space,
     principal,
     read_visible,
 )
@@ -66,6 +67,7 @@ def sessions(conn: Any, s: str, tenant: str, space: str, filters: SessionFilters
              after: Cursor | None) -> SessionList:
     at = views.basis(conn, s, datetime.now(UTC), None, None)
     found = message_views.sessions(conn, s, tenant, space, filters, limit, after)
+    known_space(conn, s, tenant, space, empty=not found)
     cursor = _cursor(found[-1]) if len(found) == limit else None
     return SessionList(basis=at, sessions=found, next_cursor=cursor)
 
