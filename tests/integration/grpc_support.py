@@ -19,20 +19,20 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from starlette.routing import Mount
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest import grpc_api as ingest_grpc
-from memledger_ingest.http import create_app
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import grpc_api as ingest_grpc
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform import grpc_server
 from memledger_platform.auth import Gate
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
-from memledger_projector import schema
-from memledger_projector.consumer import Projector
-from memledger_projector.store import tune
+from memledger_projector.core.store import tune
+from memledger_projector.entrypoints.consumer import Projector
 from memledger_query import bootstrap
+from memledger_relay.relay import Relay
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc, query_pb2_grpc
 from memledger_schemas.subjects import Subjects
 from tests.integration.read_support import drop_read_models

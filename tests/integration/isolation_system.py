@@ -23,20 +23,20 @@ from pydantic import SecretStr
 
 from memledger_enricher import bootstrap as enricher
 from memledger_ingest import bootstrap as ingest
-from memledger_ingest import http as ingest_http
-from memledger_ingest import relay_service
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import http as ingest_http
 from memledger_platform.auth import Role, issue
 from memledger_platform.auth_postgres import PostgresKeyStore
 from memledger_platform.crypto import Keyring
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import free_port
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_projector import bootstrap as projector
 from memledger_query import bootstrap as query
+from memledger_relay import bootstrap as relay_service
 from memledger_schemas import commands as c
 from memledger_schemas.events import ExtractedEntity, Member, Triple
 from tests.integration.read_support import drop_read_models

@@ -27,15 +27,15 @@ from nats.js.errors import NoStreamResponseError
 from memledger_cli.status import Status, collect
 from memledger_enricher import bootstrap as enricher
 from memledger_ingest import bootstrap as ingest
-from memledger_ingest import relay_service as relay
-from memledger_ingest.bootstrap import Endpoints
+from memledger_lifecycle import bootstrap as lifecycle
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.engines.process import free_port
 from memledger_platform.settings import Settings
 from memledger_projector import bootstrap as projector
-from memledger_projector import lifecycle_service as lifecycle
 from memledger_query import bootstrap as query
+from memledger_relay import bootstrap as relay
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.support import eventually
 

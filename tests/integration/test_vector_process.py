@@ -20,11 +20,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.consumer_positions import ConsumerPositions
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.vectorindex import process
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
@@ -38,9 +37,10 @@ from memledger_platform.vectorindex.port import (
 )
 from memledger_platform.vectorindex.process import ProcessVectorIndex, VectorProcessEnded
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex, ShardInUse
-from memledger_projector.vector_consumer import DURABLE, VectorProjector
+from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import DURABLE, VectorProjector
 from tests.support import eventually
 from tests.unit.test_vector_index import NOW, VectorIndexContract, X, Y, ids, now, point
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from memledger_enricher.cohere_embedder import CohereEmbedder
-from memledger_enricher.embedding import EmbedderUnavailable
+from memledger_platform.embedding.cohere import CohereEmbedder
+from memledger_platform.embedding.embedder import EmbedderUnavailable
 
 
 class FakeCohere:

@@ -21,10 +21,10 @@ from memledger_cli.main import parser
 from memledger_enricher.service import DURABLE as ENRICHER_DURABLE
 from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.settings import ENV_PREFIX, Settings, load_settings
-from memledger_projector.consumer import DURABLE as PROJECTOR_DURABLE
-from memledger_projector.vector_consumer import DURABLE as VECTORS_DURABLE
+from memledger_projector.entrypoints.consumer import DURABLE as PROJECTOR_DURABLE
 from memledger_schemas.commands import SERVICE_COMMANDS
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import DURABLE as VECTORS_DURABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -116,10 +116,10 @@ def _assert_real_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
 def _get_routes(command: str) -> set[str]:
     """The GET paths of the HTTP app the service runs (apps are built without connecting)."""
     if command == "ingest":
-        from memledger_ingest.http import create_app as ingest_app
+        from memledger_ingest.entrypoints.http import create_app as ingest_app
         app: Any = _build(ingest_app)
     else:
-        from memledger_query.http import create_app as query_app
+        from memledger_query.entrypoints.http import create_app as query_app
         app = _build(query_app)
     return {route.path for route in app.routes if "GET" in (getattr(route, "methods", None)
                                                             or set())}

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform.crypto import MemoryKeyring
 from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_platform.jsonbody import is_json, repeated_key

@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import IndexedPoint
-from memledger_projector.vector_consumer import VectorProjector
 from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects
+from memledger_vectors.consumer import VectorProjector
 
 ITEM = "0190a000-0000-7000-8000-0000000000a1"
 

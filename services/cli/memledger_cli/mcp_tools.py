@@ -24,7 +24,7 @@ from memledger_cli.mcp_answers import (
 )
 from memledger_client import AsyncClient, Conflict, NotFound, WriteResult
 from memledger_client.writes import command
-from memledger_query.semantic_dto import MAX_WINDOW, SearchKind
+from memledger_schemas.api.semantic import MAX_WINDOW, SearchKind
 from memledger_schemas.commands import AssertMemory
 from memledger_schemas.events import MemoryKind, Role
 

@@ -10,9 +10,9 @@ from pydantic import SecretStr
 
 from memledger_cli.embedded import Engines, engines, supervise
 from memledger_cli.status import redact
-from memledger_ingest.bootstrap import Endpoints
 from memledger_platform import telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.nats_permissions import CLIENT

@@ -34,7 +34,7 @@ from memledger_client.results import (
     SpaceList,
     WriteResult,
 )
-from memledger_query.semantic_dto import (
+from memledger_schemas.api.semantic import (
     ContextRequest,
     ContextShares,
     LayerLimits,

@@ -3,7 +3,7 @@ the query service's own models (so client and server cannot disagree on a field)
 
 from pydantic import BaseModel, ConfigDict
 
-from memledger_query.dto import (
+from memledger_schemas.api.reads import (
     AgentList,
     AgentSummary,
     Basis,
@@ -26,15 +26,15 @@ from memledger_query.dto import (
     SpaceList,
     SpaceSummary,
 )
-from memledger_query.semantic_dto import ContextAnswer as ServerContextAnswer
-from memledger_query.semantic_dto import (
+from memledger_schemas.api.semantic import ContextAnswer as ServerContextAnswer
+from memledger_schemas.api.semantic import (
     ContextEntry,
     ContextSection,
     SearchHit,
     Turn,
     Window,
 )
-from memledger_query.semantic_dto import SearchAnswer as ServerSearchAnswer
+from memledger_schemas.api.semantic import SearchAnswer as ServerSearchAnswer
 
 __all__ = [
     "AgentList",

@@ -14,26 +14,26 @@ import psycopg
 from fastapi import FastAPI
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher import embedders
-from memledger_enricher.embedding import Embedder
 from memledger_platform import bus, grpc_server, http_server, receipts, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
+from memledger_platform.embedding import factory as embedders
+from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
-from memledger_projector import schema
-from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import grpc_api, lifecycle_http, retrieval_http
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
-from memledger_query.recorder import IntakeRecorder
-from memledger_query.semantic_http import Semantic, add_routes
+from memledger_query.core.reader import Reader
+from memledger_query.core.recorder import IntakeRecorder
+from memledger_query.entrypoints import grpc_api, lifecycle_http, retrieval_http
+from memledger_query.entrypoints.http import create_app
+from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_vectors.consumer import DURABLE, VectorProjector
 
 QUERY_PORT = 8421
 QUERY_GRPC_PORT = 8431

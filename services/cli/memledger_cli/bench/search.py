@@ -48,8 +48,8 @@ from memledger_cli.bench.settle import (
     wait_indexed,
     wait_quiet,
 )
-from memledger_enricher.embedding import LocalMiniLmEmbedder
 from memledger_enricher.plan import Source, commands_for
+from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
