@@ -1,6 +1,6 @@
 """A memledger deployment whose every process the test owns, so each can be killed and restarted:
 PostgreSQL and nats-server from the project's engine classes, and the five services in the
-distributed mode (ingest, relay, projector, enricher, query), each a process of its own.
+distributed mode (ingest, relay, projector, vectors, enricher, query), each a process of its own.
 
 The services are kept running by a supervisor thread that does what ``memledger up`` does for
 its children (``memledger_cli.embedded.supervise``): a service that dies is started again after a
@@ -35,7 +35,7 @@ from memledger_platform.engines import (
     parent_death_preexec,
 )
 
-SERVICES = ("ingest", "relay", "projector", "enricher", "query")
+SERVICES = ("ingest", "relay", "projector", "vectors", "enricher", "query")
 Engine = Literal["postgres", "nats"]
 RESTART_PAUSE_SECONDS = 1.0
 """As ``memledger up``'s supervisor waits before starting a dead child again."""

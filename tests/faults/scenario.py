@@ -48,9 +48,10 @@ FAULTS: dict[str, tuple[str, Callable[[Cluster, Plan], None]]] = {
     "relay": ("kill -9 relay", lambda c, _: c.kill("relay")),
     "projector": ("kill -9 projector", lambda c, _: c.kill("projector")),
     "enricher": ("kill -9 enricher", lambda c, _: c.kill("enricher")),
-    "query": ("kill -9 query (vector projector)", lambda c, _: c.kill("query")),
-    "vectors": ("kill -9 the vector index process", lambda c, _: c.kill_child(
-        "query", "memledger_platform.vectorindex.process")),
+    "query": ("kill -9 query", lambda c, _: c.kill("query")),
+    "vectors": ("kill -9 vectors (the vector projector)", lambda c, _: c.kill("vectors")),
+    "vector-index": ("kill -9 the vector index process", lambda c, _: c.kill_child(
+        "vectors", "memledger_platform.vectorindex.process")),
     "nats": ("kill -9 nats-server", lambda c, _: c.kill_engine("nats")),
     "postgres": ("kill -9 postgres", lambda c, _: c.kill_engine("postgres")),
     "nats-pause": ("SIGSTOP nats-server", lambda c, p: _pause_nats(c, p.pause_seconds)),

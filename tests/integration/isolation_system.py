@@ -36,9 +36,10 @@ from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_projector import bootstrap as projector
 from memledger_query import bootstrap as query
-from memledger_relay import bootstrap as relay_service
+from memledger_relay import bootstrap as relay
 from memledger_schemas import commands as c
 from memledger_schemas.events import ExtractedEntity, Member, Triple
+from memledger_vectors import bootstrap as vectors
 from tests.integration.read_support import drop_read_models
 from tests.support import eventually
 
@@ -119,9 +120,9 @@ async def running(endpoints: Endpoints, home: Path) -> AsyncIterator[System]:
     jobs: list[Coroutine[Any, Any, None]] = [
         ingest.serve(settings, endpoints, stop, urls.put_nowait, also=service.app,
                      also_grpc=service.grpc, on_grpc_ready=grpc.put_nowait),
-        relay_service.serve(settings, endpoints, stop),
-        projector.serve(settings, dsn, nats, stop), enricher.serve(settings, nats, stop),
-        service.project_vectors(settings, nats, stop)]
+        relay.serve(settings, endpoints, stop), projector.serve(settings, dsn, nats, stop),
+        vectors.serve(settings, dsn, nats, stop), enricher.serve(settings, nats, stop),
+        service.record_retrievals(settings, nats, stop)]
     tasks = [asyncio.create_task(job) for job in jobs]
     pool = ConnectionPool(dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True})
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema))

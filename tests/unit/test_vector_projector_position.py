@@ -75,3 +75,27 @@ async def test_the_position_moves_only_once_the_batch_is_in_the_index() -> None:
     assert await projector.wait_for(7, 0.05)
     assert index.count() == 1
     assert message.acked
+
+
+class RecordedPositions:
+    """Where the projector records the position it has written (PostgreSQL, in production),
+    with what the index held at each record."""
+
+    def __init__(self, index: InMemoryVectorIndex) -> None:
+        self.index = index
+        self.written: list[tuple[int, int]] = []
+
+    def record_written(self, durable: str, position: int) -> None:
+        self.written.append((position, self.index.count()))
+
+
+async def test_the_position_written_is_recorded_for_every_query_process_after_each_batch() -> None:
+    index = InMemoryVectorIndex()
+    positions = RecordedPositions(index)
+    projector = VectorProjector(Subjects("t"), index, HashingEmbedder.model_id,
+                                positions=positions)  # type: ignore[arg-type]
+    await projector.handle([asserted(7)])  # type: ignore[list-item]
+    await projector.handle([asserted(8)])  # type: ignore[list-item]
+    # recorded once the batch is in the index, never before
+    assert positions.written == [(7, 1), (8, 2)]
+    assert await projector.reached() == 8

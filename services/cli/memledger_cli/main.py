@@ -24,13 +24,15 @@ SERVICES = {
               "(distributed mode; `up` runs it for you)"),
     "projector": ("memledger_projector.bootstrap", "run the projector alone: events -> read "
                   "models (distributed mode; `up` runs it for you)"),
+    "vectors": ("memledger_vectors.bootstrap", "run the vector projector alone: events -> "
+                "the vector index, which it owns (one per index; `up` runs it for you)"),
     "enricher": ("memledger_enricher.bootstrap", "run the enricher alone: events -> "
                  "embeddings and extractions -> ingest (distributed mode; `up` runs it)"),
     "lifecycle": ("memledger_lifecycle.bootstrap", "run the lifecycle scheduler "
                   "alone: policies and consolidation -> ingest (distributed mode; `up` runs "
                   "it)"),
-    "query": ("memledger_query.bootstrap", "run the query service alone, with the vector "
-              "projector (distributed mode)"),
+    "query": ("memledger_query.bootstrap", "run the query service alone: reads, search and "
+              "context (distributed mode; stateless, run as many as you like)"),
 }
 """Services a distributed deployment runs one process each of: module with ``run(settings)``."""
 

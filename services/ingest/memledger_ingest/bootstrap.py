@@ -81,20 +81,21 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
                 also: ASGIApp | None = None, also_grpc: grpc_server.Register | None = None,
                 on_grpc_ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
-    requests, finish the writer's queue, then disconnect. (``also``, ``also_grpc``: the query
-    APIs, served beside ingest's in the embedded mode.)"""
+    requests, finish the writer's queue, then disconnect. ``also``, ``also_grpc``: APIs of
+    another service to serve beside ingest's on the same ports, behind the same limits (what
+    ``memledger up`` composes: one port for users)."""
     service = await build(settings, endpoints)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
                             setting="MEMLEDGER_HTTP_PORT")
     gate = await asyncio.to_thread(open_gate, settings, endpoints.postgres_dsn)
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback,
                      gate.gate, service.erasure)
-    if also is not None:  # embedded mode: the query API behind the same port
+    if also is not None:  # whatever ingest's routes do not answer
         app.routes.append(Mount("/", app=also))
     service.writer.start()
     writes = grpc_server.principal_resolver(gate.gate, "write")
     grpc_apis = [grpc_api.registrar(service.writer, writes)]
-    if also_grpc is not None:  # embedded mode: the query API on the same port
+    if also_grpc is not None:
         grpc_apis.append(also_grpc)
     rpc, grpc_address = await grpc_server.start(
         grpc_apis, settings.http_host, settings.grpc_port,

@@ -23,6 +23,7 @@ from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
+from memledger_platform.vectorindex.factory import VECTORS_DURABLE
 from memledger_platform.vectorindex.port import IndexReopened, VectorIndex
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
@@ -36,7 +37,7 @@ from memledger_vectors.fold import EVENT_TYPES, VectorFold, vector_event
 log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
 
-DURABLE = "projector-vectors"
+DURABLE = VECTORS_DURABLE
 ACK_WAIT_SECONDS = 30.0
 FLUSH_SECONDS = 30.0
 """Under steady writes, how often the index is flushed. A flush holds the GIL for 40-100 ms
@@ -79,6 +80,11 @@ class VectorProjector:
         (written in a worker thread, with searches served meanwhile)."""
         return self._written
 
+    async def reached(self) -> int:
+        """``position``, for a search in this process (query reads it from PostgreSQL, where
+        ``positions`` records it after every batch)."""
+        return self.position
+
     async def wait_for(self, position: int, seconds: float) -> bool:
         """Whether the index reaches ``position`` within ``seconds``."""
         async with self._advanced:
@@ -109,7 +115,7 @@ class VectorProjector:
             except Exception as error:  # never dies, as the relay does not
                 # The index out of reach (IndexUnavailable), or PostgreSQL, where the
                 # positions are saved (killed -9, this task ended for good and the index
-                # stayed where it was until the query service restarted).
+                # stayed where it was until the vectors service restarted).
                 log.warning("vector projector resubscribing in %.1fs: %r", delay, error)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
@@ -172,6 +178,8 @@ class VectorProjector:
             # An empty index (new, or its files were removed) is filled from the start of
             # the log, whatever an earlier consumer of that name had acknowledged.
             await _forget_consumer(js, self._subjects.events_stream, self._durable)
+        if empty and self._positions is not None:
+            await asyncio.to_thread(self._positions.restart_written, self._durable)
         self._next_seq = last + 1 if last else 0
         start = ({"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
                  if last else {"deliver_policy": DeliverPolicy.ALL})
@@ -200,6 +208,9 @@ class VectorProjector:
                 await self._fold_one(msg)
         await self._write_pending(msgs)
         self._written = self._fold.position
+        if self._positions is not None:  # what every query process names and waits on
+            await asyncio.to_thread(self._positions.record_written, self._durable,
+                                    self._written)
         last = msgs[-1].metadata.sequence.stream
         self._written_seq = max(self._written_seq, last)
         self._next_seq = max(self._next_seq, last + 1)

@@ -17,11 +17,15 @@ _MAX_TEXTS = 96
 InputType = Literal["search_document", "search_query"]
 
 
+def cohere_model_id(model: str, dims: int) -> str:
+    return f"cohere/{model}/{dims}"
+
+
 class CohereEmbedder(Embedder):
     def __init__(self, api_key: str, *, model: str = "embed-v4.0", dims: int = 1024,
                  base_url: str | None = None, max_retries: int = 4,
                  timeout_seconds: float = 30.0) -> None:
-        self.model_id = f"cohere/{model}/{dims}"
+        self.model_id = cohere_model_id(model, dims)
         self.dims = dims
         self._model = model
         self._client = cohere.ClientV2(api_key=api_key, base_url=base_url,

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from psycopg import sql
@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from memledger_platform.auth import Denied, require
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, VectorIndex
+from memledger_query.core.index_progress import Progress
 from memledger_query.core.reader import Reader
 from memledger_query.entrypoints.http import Problem, principal
 
@@ -107,13 +108,6 @@ def index_rows(index: VectorIndex, items: Iterable[tuple[str, str, str]]
 
 # --- the HTTP route ----------------------------------------------------------------------------
 
-class Progress(Protocol):
-    @property
-    def position(self) -> int: ...
-
-    async def wait_for(self, position: int, seconds: float) -> bool: ...
-
-
 class SpaceSummary(BaseModel):
     space_id: str
     points: int
@@ -125,7 +119,7 @@ class VectorSummary(BaseModel):
     tenant: str
     as_of_position: int
     projected_position: int
-    """How far the vector projector has folded since it started (0 right after a restart)."""
+    """How far the vector projector has written (what every query process names)."""
     spaces: list[SpaceSummary]
 
 
@@ -143,12 +137,13 @@ def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Read
             require(who, "admin")
         except Denied as denied:
             raise Problem(denied.status, denied.code, denied.message, denied.path) from None
-        at = progress.position if as_of_position is None else as_of_position
-        if at > progress.position:
+        reached = await progress.reached()
+        at = reached if as_of_position is None else as_of_position
+        if at > reached:
             await progress.wait_for(at, wait_ms / 1000)
         found = await run(_tenant_digests, index, reader, who.tenant, at)
         return VectorSummary(
-            tenant=who.tenant, as_of_position=at, projected_position=progress.position,
+            tenant=who.tenant, as_of_position=at, projected_position=await progress.reached(),
             spaces=[SpaceSummary(space_id=space, points=d.points, current=d.current,
                                  digest=f"{d.digest:016x}")
                     for (_, space), d in sorted(found.items()) if who.sees(space)])

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
 from fastapi import FastAPI
@@ -33,6 +33,7 @@ from memledger_query.core import (
     vector_summary,
     views,
 )
+from memledger_query.core.index_progress import Progress
 from memledger_query.core.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_query.core.recorder import NoRecorder, Recorder
@@ -59,15 +60,6 @@ SEARCH_THREADS = 4
 the rest of a search, ranking and feedback lookups, runs beside it)."""
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-class Progress(Protocol):
-    """How far the vector index has got (the vector projector)."""
-
-    @property
-    def position(self) -> int: ...
-
-    async def wait_for(self, position: int, seconds: float) -> bool: ...
 
 
 @dataclass
@@ -187,17 +179,18 @@ async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
     wanted = max([p for p in (body.min_position, body.as_of_position) if p is not None],
                  default=None)
     if wanted is not None and not await semantic.progress.wait_for(wanted, body.wait_ms / 1000):
-        raise Problem(503, "not_yet_visible", f"the vector index reached position "
-                      f"{semantic.progress.position}, not {wanted}, in time",
-                      "body.min_position", projected_position=semantic.progress.position)
+        reached = await semantic.progress.reached()
+        raise Problem(503, "not_yet_visible", f"the vector index reached position {reached}, "
+                      f"not {wanted}, in time", "body.min_position", projected_position=reached)
     valid_at = body.valid_at or datetime.now(UTC)
     position, recorded_at = body.as_of_position, None
     if body.recorded_at is not None and position is None:
         found = await asyncio.to_thread(semantic.reader.run, views.basis, valid_at, None,
                                         body.recorded_at)
         position, recorded_at = found.position, found.recorded_at
-    return Basis(position=semantic.progress.position if position is None else position,
-                 recorded_at=recorded_at, valid_at=valid_at)
+    if position is None:
+        position = await semantic.progress.reached()
+    return Basis(position=position, recorded_at=recorded_at, valid_at=valid_at)
 
 
 async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> None:
