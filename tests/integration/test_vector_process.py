@@ -50,10 +50,16 @@ from tests.unit.test_vector_index import NOW, VectorIndexContract, X, Y, ids, no
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
+def owner(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
+    """The index with its process (the vectors service's, in production)."""
     made = ProcessVectorIndex(tmp_path / "vectors", dims=3)
     yield made
     made.close()
+
+
+@pytest.fixture
+def index(owner: ProcessVectorIndex) -> ProcessVectorIndex:
+    return owner
 
 
 class TestInItsOwnProcess(VectorIndexContract):
@@ -301,13 +307,6 @@ def test_closing_an_index_whose_process_died_mid_call_is_harmless(tmp_path: Path
 
 
 # --- readers: the index served to other processes over its socket ------------------------------
-
-
-@pytest.fixture
-def owner(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
-    made = ProcessVectorIndex(tmp_path / "vectors", dims=3)
-    yield made
-    made.close()
 
 
 class TestReadThroughItsSocket(VectorIndexContract):

@@ -24,20 +24,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from memledger_platform.vectorindex import wire
-from memledger_platform.vectorindex.port import (
-    Hit,
-    IndexedPoint,
-    IndexReopened,
-    IndexUnavailable,
-    Scope,
-    SparseVector,
-    VectorIndex,
-)
+from memledger_platform.vectorindex.port import IndexReopened, IndexUnavailable, VectorIndex
+from memledger_platform.vectorindex.remote import ForwardedVectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +42,7 @@ class VectorProcessEnded(IndexUnavailable):
     """The index's process is gone (it crashed, was killed, or the index was closed)."""
 
 
-class ProcessVectorIndex(VectorIndex):
+class ProcessVectorIndex(ForwardedVectorIndex):
     """A Qdrant Edge shard at ``path`` (``dims`` dimensions) served by a child process at
     ``address`` (default: ``<path>.sock`` beside the shard). Opening waits until the shard is
     open and served, and raises what stopped it if it could not be.
@@ -69,44 +61,6 @@ class ProcessVectorIndex(VectorIndex):
         self._closed = False
         self._reopened = False
         self._start()
-
-    def upsert(self, points: Sequence[IndexedPoint]) -> None:
-        if points:
-            self._call("upsert", list(points))
-
-    def delete(self, point_ids: Sequence[str]) -> None:
-        if point_ids:
-            self._call("delete", list(point_ids))
-
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search", list(vector), scope, k)
-        return found
-
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search_sparse", query, scope, k)
-        return found
-
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
-        if not point_ids:
-            return {}
-        found: dict[str, list[float]] = self._call("vectors", list(point_ids))
-        return found
-
-    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
-        found: list[IndexedPoint] = self._call("points", tenant, item_id)
-        return found
-
-    def delete_subject(self, tenant: str, subject_id: str) -> int:
-        return int(self._call("delete_subject", tenant, subject_id))
-
-    def count(self) -> int:
-        return int(self._call("count"))
-
-    def flush(self) -> None:
-        self._call("flush")
-
-    def optimize(self) -> None:
-        self._call("optimize")
 
     def ensure_running(self) -> None:
         """Start the process again if it died (at most once per ``RESTART_SECONDS``), so that

@@ -8,6 +8,7 @@ at a time anyway.
 
 import socket
 import threading
+from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,17 +28,12 @@ class _Lost(Exception):
     """The connection broke during a call."""
 
 
-class SocketVectorIndex(VectorIndex):
-    """The index at ``address``, one call at a time from this object. Nothing is connected
-    until the first call; a connection lost (the index process restarted) is replaced at the
-    next call, and a call that writes nothing is sent once more on a new connection when it
-    found its old one gone. ``IndexUnavailable`` when no process serves ``address``."""
+class ForwardedVectorIndex(VectorIndex):
+    """A ``VectorIndex`` whose calls are all answered elsewhere, through ``_call``."""
 
-    def __init__(self, address: Path) -> None:
-        self._address = address
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._closed = False
+    @abstractmethod
+    def _call(self, method: str, *args: Any) -> Any:
+        """The answer to ``method(*args)``, or what it raised."""
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
@@ -76,6 +72,19 @@ class SocketVectorIndex(VectorIndex):
 
     def optimize(self) -> None:
         self._call("optimize")
+
+
+class SocketVectorIndex(ForwardedVectorIndex):
+    """The index at ``address``, one call at a time from this object. Nothing is connected
+    until the first call; a connection lost (the index process restarted) is replaced at the
+    next call, and a call that writes nothing is sent once more on a new connection when it
+    found its old one gone. ``IndexUnavailable`` when no process serves ``address``."""
+
+    def __init__(self, address: Path) -> None:
+        self._address = address
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._closed = False
 
     def close(self) -> None:
         """Let go of the connection (the index itself is its owner's to close)."""
