@@ -35,6 +35,8 @@ class Row:
     """The row gives the date an answer started (``date_type == "start"``)."""
     shown: str
     """The first gold answer as written (spacing normalised)."""
+    asked: str = ""
+    """The question as the data rephrases it for its date ("... as of 2019"), if it does."""
 
 
 @dataclass
@@ -80,7 +82,7 @@ def row_of(raw: dict[str, Any]) -> Row | None:
         return None
     shown = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", raw["answer"][0])).strip()
     return Row(str(raw["id"]), raw["question"], at, answers, raw.get("date_type") == "start",
-               shown)
+               shown, str(raw.get("edited_question") or ""))
 
 
 def questions(path: Path, limit: int | None = None) -> dict[str, list[Row]]:
@@ -107,6 +109,18 @@ def timeline(rows: list[Row]) -> list[Segment]:
                 current.valid_to = row.at
             segments.append(Segment(row.at, row.shown, set(row.answers)))
     return segments
+
+
+_ASKING = re.compile(
+    r"^(?:who|whom|whose|what|which|when|where|why|how(?: many| much| long| old| often)?)"
+    r"(?:\s+(?:is|are|was|were|did|does|do|has|have|had|will|would|can))?\s+", re.IGNORECASE)
+
+
+def statement(question: str, answer: str) -> str:
+    """A question's answer as a statement: the question without its asking words, then the
+    answer ("who won the world cup" -> "won the world cup: France")."""
+    topic = _ASKING.sub("", question.strip().rstrip("?")).strip() or question.strip()
+    return f"{topic}: {answer}"
 
 
 def latest(rows: list[Row]) -> Row:
