@@ -28,7 +28,7 @@ import aiohttp
 from memledger_cli.bench import baselines, conversations, locomo, recall, situated
 from memledger_cli.bench import situatedqa as sqa
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
-from memledger_cli.bench.settle import wait_indexed, wait_quiet
+from memledger_cli.bench.settle import settled
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             store = await conversations.store_of(http, args.store)
             steps.step(f"loading {sum(len(t.turns) for t in talks)} turns as {store}")
             loaded = await conversations.load_all(http, server.nats_url, talks, store)
-            await _settle(http)
+            await settled(http)
             steps.step(f"asking {sum(len(t.questions) for t in talks)} questions")
             asked = await conversations.ask_all(http, loaded)
             steps.step("SituatedQA")
@@ -83,12 +83,6 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "turns": sum(len(t.turns) for t in talks), "questions": len(asked),
             "k": conversations.K, "model": "local (all-MiniLM-L6-v2)",
             **_scored(talks, asked), **_latency(asked), **timeline, "cpus": os.cpu_count()}
-
-
-async def _settle(http: aiohttp.ClientSession) -> None:
-    async with http.get("/health") as health:
-        await wait_indexed(http, (await health.json())["position"])
-    await wait_quiet()
 
 
 def _scored(talks: list[locomo.Conversation], asked: list[conversations.Asked]

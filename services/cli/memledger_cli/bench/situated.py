@@ -34,9 +34,12 @@ from memledger_cli.bench import corpus
 from memledger_cli.bench import situatedqa as sqa
 from memledger_cli.bench.load import load, post
 from memledger_cli.bench.searchable import watching
+from memledger_cli.bench.settle import settled
 
 TIMED, UNTIMED = "situatedqa", "situatedqa-untimed"
 DISTRACTORS = 2_000
+WAIT_MS = 20_000
+"""How long a search may wait for the read models (the enricher may still be writing)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAMESPACE = uuid.UUID("5d9f1c3e-8a7b-4c2d-9e1f-0a3b5c7d9e21")
 
@@ -90,6 +93,7 @@ async def measure(http: aiohttp.ClientSession, nats_url: str, path: Path, limit:
         await load(http, data.commands + noise)
         for future in embedded:
             await future
+    await settled(http)
     scores = await _score(http, data, clients)
     rows = sum(len(r) for r in data.questions.values())
     return {"situatedqa_questions": len(data.questions), "situatedqa_rows": rows,
@@ -140,7 +144,8 @@ async def _score(http: aiohttp.ClientSession, data: Statements, clients: int
 
 async def _top(http: aiohttp.ClientSession, space: str, question: str,
                valid_at: str | None) -> str | None:
-    body: dict[str, Any] = {"query": question, "spaces": [space], "k": 1, "threshold": 0}
+    body: dict[str, Any] = {"query": question, "spaces": [space], "k": 1, "threshold": 0,
+                            "wait_ms": WAIT_MS}
     if valid_at is not None:
         body["valid_at"] = valid_at
     answer = await post(http, "/v1/search", body)
