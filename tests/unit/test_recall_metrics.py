@@ -107,7 +107,8 @@ def test_turns_are_loaded_as_messages_said_at_their_sessions_date_or_as_memories
                                             "append_message", "start_session",
                                             "append_message"]
     assert sent[2]["said_at"] == "2023-05-08T13:56:00+00:00"
-    assert sent[2]["participant"] == "Ann" and sent[2]["content"] == "I adopted a cat."
+    assert sent[2]["participant"] == "Ann"
+    assert sent[2]["content"] == "I adopted a cat."
     memories = conversations.commands(talk, "memories")
     assert memories[1]["content"] == "Ann: I adopted a cat."
     assert memories[1]["valid_from"] == "2023-05-08T13:56:00+00:00"

@@ -29,7 +29,7 @@ from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import grpc_api, lifecycle_http, retrieval_http
+from memledger_query import grpc_api, lifecycle_http, retrieval_http, when
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.recorder import IntakeRecorder
@@ -115,6 +115,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
     recorder = IntakeRecorder()
     semantic = Semantic(index, embedder, vectors, reader, recorder=recorder)
+    when.warm()  # the date parser's language data, now rather than in a first search
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
     lifecycle_http.add_routes(app, reader)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
+from memledger_query import when
 from memledger_query.ranking import (
     Candidate,
     Ranked,
@@ -50,10 +51,12 @@ QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
 
 def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
-           subject: str | None = None, signals: SignalLookup | None = None) -> list[Found]:
+           subject: str | None = None, signals: SignalLookup | None = None,
+           windows: tuple[when.Window, ...] = ()) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one. ``signals`` is asked once, for every layer's candidates. The
-    keyword searches come first: an embedding still under way is waited for only after them."""
+    repeated in a later one. ``signals`` is asked once, for every layer's candidates;
+    ``windows`` are the periods the query names. The keyword searches come first: an
+    embedding still under way is waited for only after them."""
     query = sparse.encode_query(text)
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
@@ -66,7 +69,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
-        ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
+        ranked = [r for r in rank(fresh, recipe, now, known, windows)
+                  if r.relevance >= threshold]
         kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))

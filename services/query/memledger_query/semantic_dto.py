@@ -1,12 +1,13 @@
 """Requests and answers of search and context (validated at the HTTP boundary; a bad field
 is a 422 naming it)."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from memledger_query import when
 from memledger_query.dto import Basis, Frozen
 from memledger_query.ranking import Mode
 from memledger_schemas.events import MemoryKind
@@ -102,6 +103,20 @@ class SearchHit(Frozen):
     explain: dict[str, float] | None = None
 
 
+class TimeWindow(Frozen):
+    """A period the query names ("in May 2023"), resolved at the basis' valid time: hits
+    whose valid time meets it rank higher (``explain``: ``time_nearness``)."""
+
+    text: str
+    valid_from: datetime
+    valid_to: datetime
+
+    @classmethod
+    def of(cls, window: when.Window) -> "TimeWindow":
+        return cls(text=window.text, valid_from=datetime.fromtimestamp(window.start, UTC),
+                   valid_to=datetime.fromtimestamp(window.end, UTC))
+
+
 class SearchAnswer(Frozen):
     basis: Basis
     mode: str
@@ -110,6 +125,8 @@ class SearchAnswer(Frozen):
     results: list[SearchHit]
     collapsed: dict[str, str]
     """Near-duplicates left out of ``results``: item id → the shown hit it duplicates."""
+    time_windows: list[TimeWindow] = Field(default_factory=list)
+    """The periods the query names, as resolved (empty: none)."""
     retrieval_id: str | None = None
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None

@@ -11,7 +11,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
@@ -29,6 +29,7 @@ from memledger_query import (
     steering,
     vector_summary,
     views,
+    when,
 )
 from memledger_query.dto import Basis
 from memledger_query.http import Problem, Tenant, _json, principal
@@ -46,6 +47,7 @@ from memledger_query.semantic_dto import (
     SearchHit,
     SearchRequest,
     TimeTravel,
+    TimeWindow,
 )
 
 _QUERY_CACHE = 2_048
@@ -223,19 +225,31 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     ``signalled``: whether the tenant has any feedback (if not, none is looked up)."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
-    recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
-                       "keyword_weight": body.weights.keyword})
+    recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.embed_query(body.query)
+    windows = when.resolve(body.query, at.valid_at) if recipe.time_weight > 0 else ()
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
-                            signals=_signals(semantic, tenant, at, recipe, signalled))
+                            signals=_signals(semantic, tenant, at, recipe, signalled),
+                            windows=windows)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
-                        model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
+                        model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
+                        time_windows=[TimeWindow.of(w) for w in windows])
+
+
+def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:
+    """The recipe with the request's weights: weights a request names both cut (relevance)
+    and order; by default relevance keeps its calibrated weights and order its measured ones."""
+    dense, keyword = body.weights.dense, body.weights.keyword
+    if "weights" not in body.model_fields_set:
+        return replace(recipe, dense_weight=dense, keyword_weight=keyword)
+    return replace(recipe, dense_weight=dense, keyword_weight=keyword,
+                   order_dense_weight=dense, order_keyword_weight=keyword)
 
 
 def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signalled: bool
