@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint install test-integration test-unit test-faults bench clean
+.PHONY: run test lint docs install test-integration test-unit test-faults bench clean
 
 run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stops it)
 	$(BIN)/memledger up
 
-test: $(STAMP)           ## the whole suite, against real engines (what CI runs)
+test: lint               ## the linters, then the whole suite against real engines (what CI runs)
 	$(BIN)/python -m pytest -q
 
 test-unit: $(STAMP)
@@ -24,6 +24,9 @@ test-faults: $(STAMP)    ## kill -9 every process in turn under load; nothing ac
 lint: $(STAMP)           ## ruff and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+docs: $(STAMP)           ## refresh the pages made from the code (docs/events.md, docs/settings.md)
+	$(BIN)/python -m memledger_cli.gendocs --write
 
 bench: $(STAMP)
 	$(BIN)/memledger bench ingest --json

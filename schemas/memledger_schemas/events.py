@@ -42,6 +42,9 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     event_type: ClassVar[str]
     schema_version: ClassVar[int] = 1
+    about: ClassVar[str] = ""
+    """What happened, in a line, for the generated catalogue (kept out of the JSON Schema, so
+    a published snapshot never changes for a reworded sentence); the docstring if empty."""
 
 
 class Triple(BaseModel):
@@ -71,6 +74,7 @@ class Member(BaseModel):
 
 
 class SpaceCreated(Payload):
+    about: ClassVar[str] = "A space: the unit of scope, policy and grants within a tenant."
     event_type: ClassVar[str] = "space.created"
     name: ShortText | None = None
     description: Content | None = None
@@ -115,11 +119,13 @@ class SpacePolicySet(Payload):
 
 
 class SpaceArchived(Payload):
+    about: ClassVar[str] = "The space takes no more writes; what it holds stays readable."
     event_type: ClassVar[str] = "space.archived"
     reason: Reason | None = None
 
 
 class AgentRegistered(Payload):
+    about: ClassVar[str] = "An agent known to the tenant (events name it in agent_id)."
     event_type: ClassVar[str] = "agent.registered"
     agent_id: AgentId
     name: ShortText | None = None
@@ -127,12 +133,14 @@ class AgentRegistered(Payload):
 
 
 class SessionStarted(Payload):
+    about: ClassVar[str] = "A conversation (or task) began in the space."
     event_type: ClassVar[str] = "session.started"
     session_id: UUID
     title: ShortText | None = None
 
 
 class SessionEnded(Payload):
+    about: ClassVar[str] = "The session ended; session memory may expire after it."
     event_type: ClassVar[str] = "session.ended"
     session_id: UUID
     reason: Reason | None = None
@@ -153,6 +161,7 @@ class ConversationMessageAppendedV1(Payload):
 
 
 class ConversationMessageAppended(Payload):
+    about: ClassVar[str] = "One turn of a session: who said what, in which role."
     event_type: ClassVar[str] = "conversation.message_appended"
     schema_version: ClassVar[int] = 2
     session_id: UUID
@@ -180,6 +189,7 @@ class MemoryAssertedV1(Payload):
 
 
 class MemoryAsserted(Payload):
+    about: ClassVar[str] = "A new memory item: kind, content, triple, confidence, tags, layer."
     event_type: ClassVar[str] = "memory.asserted"
     schema_version: ClassVar[int] = 2
     item_id: UUID
@@ -241,6 +251,7 @@ class MemoryRetracted(Payload):
 
 
 class MemoryReaffirmed(Payload):
+    about: ClassVar[str] = "The item was confirmed again: a signal that resets its decay."
     event_type: ClassVar[str] = "memory.reaffirmed"
     item_id: UUID
     confidence: Unit | None = None
@@ -303,6 +314,7 @@ class TripleClaimed(Payload):
 
 
 class MemoryEmbedded(Payload):
+    about: ClassVar[str] = "The enricher's embedding of one version of an item (its model)."
     event_type: ClassVar[str] = "memory.embedded"
     item_id: UUID
     item_version: int = Field(ge=1)
@@ -318,6 +330,7 @@ class ExtractedEntity(BaseModel):
 
 
 class MemoryEntitiesExtracted(Payload):
+    about: ClassVar[str] = "The entities the enricher found in one version of an item."
     event_type: ClassVar[str] = "memory.entities_extracted"
     item_id: UUID
     item_version: int = Field(ge=1)
@@ -326,6 +339,7 @@ class MemoryEntitiesExtracted(Payload):
 
 
 class PreferenceExtracted(Payload):
+    about: ClassVar[str] = "A preference, restriction or profile fact learned from an item."
     event_type: ClassVar[str] = "preference.extracted"
     source_item_id: UUID
     rule_id: ShortText
@@ -338,6 +352,7 @@ class PreferenceExtracted(Payload):
 
 
 class EntityUpserted(Payload):
+    about: ClassVar[str] = "An entity of the space's graph, with its type and aliases."
     event_type: ClassVar[str] = "entity.upserted"
     entity_id: EntityRef
     name: ShortText
@@ -346,6 +361,7 @@ class EntityUpserted(Payload):
 
 
 class RelationAsserted(Payload):
+    about: ClassVar[str] = "A typed, directed relation between two entities."
     event_type: ClassVar[str] = "relation.asserted"
     relation_id: UUID
     source_entity: EntityRef
@@ -355,6 +371,7 @@ class RelationAsserted(Payload):
 
 
 class RelationRetracted(Payload):
+    about: ClassVar[str] = "The relation no longer holds."
     event_type: ClassVar[str] = "relation.retracted"
     relation_id: UUID
     reason: Reason | None = None
@@ -364,6 +381,7 @@ class RelationRetracted(Payload):
 
 
 class FeedbackRecorded(Payload):
+    about: ClassVar[str] = "A rating (1-5), or used / unused after a recall, of an item."
     event_type: ClassVar[str] = "feedback.recorded"
     feedback_id: UUID
     item_id: UUID
@@ -381,6 +399,7 @@ class RetrievalBasis(BaseModel):
 
 
 class RetrievalPerformedV1(Payload):
+    about: ClassVar[str] = "Superseded by v2 (the request; each result's section). Read-only."
     # Superseded by v2 (the request, to replay it; each result's section). Read-only. No
     # docstring and its first title, so its published snapshot stays exactly as it was.
     model_config = ConfigDict(frozen=True, extra="forbid", title="RetrievalPerformed")

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 HTTP_SERVICES = {"ingest", "query"}
 SINGLE_CONSUMERS = {"relay", "projector", "query"}
-"""Services that must run as one process (README, "Scaling out")."""
+"""Services that must run as one process (docs/operations.md, "Scaling out")."""
 
 
 # --- helpers ----------------------------------------------------------------------------------

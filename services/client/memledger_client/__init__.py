@@ -14,12 +14,19 @@ the HTTP API of ingest (writes) and query (reads, search, context).
   ``Authorization: Bearer``) where the server requires keys.
 - Errors: ``MemledgerError`` and its subclasses, carrying the server's status, code, message and
   field paths.
+- Degradation: a circuit breaker per endpoint group (writes, reads, recall): after 5 failures in
+  a row its calls fail at once with ``CircuitOpen`` until a probe is let through 30 s later;
+  recall (search, context) times out after 2 s. ``Resilience(stale=StaleCache())`` also keeps
+  recent recall answers, and answers from them (``stale: true``, ``stale_age_seconds``) when
+  memledger cannot.
 """
 
 from memledger_client.async_client import AsyncClient
 from memledger_client.calls import AsOf, Consistency, ContextOptions, ItemFilters, SearchOptions
-from memledger_client.core import DEFAULT_URL, TENANT_HEADER
+from memledger_client.core import DEFAULT_URL, TENANT_HEADER, Resilience
+from memledger_client.degrade import BreakerPolicy, StaleCache
 from memledger_client.errors import (
+    CircuitOpen,
     Conflict,
     FieldError,
     Forbidden,
@@ -38,8 +45,9 @@ from memledger_client.sync_client import Client
 from memledger_client.writes import CommandMeta
 
 __all__ = [
-    "DEFAULT_URL", "NO_RETRY", "TENANT_HEADER", "AsOf", "AsyncClient", "BatchResult", "Client",
-    "CommandMeta", "Conflict", "Consistency", "ContextOptions", "FieldError", "Forbidden",
-    "InvalidRequest", "ItemFilters", "MemledgerError", "NotFound", "NotYetVisible", "RateLimited",
-    "RetryPolicy", "SearchOptions", "Unauthorized", "Unavailable", "Unreachable", "WriteResult",
+    "DEFAULT_URL", "NO_RETRY", "TENANT_HEADER", "AsOf", "AsyncClient", "BatchResult",
+    "BreakerPolicy", "CircuitOpen", "Client", "CommandMeta", "Conflict", "Consistency",
+    "ContextOptions", "FieldError", "Forbidden", "InvalidRequest", "ItemFilters", "MemledgerError",
+    "NotFound", "NotYetVisible", "RateLimited", "Resilience", "RetryPolicy", "SearchOptions",
+    "StaleCache", "Unauthorized", "Unavailable", "Unreachable", "WriteResult",
 ]

@@ -18,7 +18,9 @@ from memledger_client.calls import (
     ItemFilters,
     SearchOptions,
 )
-from memledger_client.core import DEFAULT_URL, Core
+from memledger_client.core import DEFAULT_URL, Core, Resilience
+from memledger_client.degrade import Group
+from memledger_client.errors import Unavailable
 from memledger_client.results import (
     BatchResult,
     Change,
@@ -42,15 +44,18 @@ T = TypeVar("T")
 class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
     """memledger over HTTP, for asyncio: ``async with AsyncClient(base_url, tenant=...,
     api_key=...)``, or ``await aclose()``. ``transport`` (an ``httpx`` async transport) is for
-    tests and proxies; ``sleep`` is how the retry backoff waits."""
+    tests and proxies; ``sleep`` is how the retry backoff waits; ``resilience`` sets the
+    circuit breakers and the stale cache (``memledger_client.degrade``)."""
 
     def __init__(self, base_url: str = DEFAULT_URL, *, tenant: str | None = None,
                  api_key: str | None = None, timeout: float = 30.0,
                  retry: RetryPolicy | None = None,
                  read_your_writes: bool = True, headers: dict[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
+                 resilience: Resilience | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self._core = Core(base_url, tenant, retry or RetryPolicy(), read_your_writes)
+        self._core = Core(base_url, tenant, retry or RetryPolicy(), read_your_writes,
+                          resilience or Resilience())
         self._http = httpx.AsyncClient(base_url=self._core.base_url, timeout=timeout,
                                        headers=self._core.headers(api_key, headers),
                                        transport=transport)
@@ -65,18 +70,30 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
     def base_url(self) -> str:
         return self._core.base_url
 
+    def breaker_state(self, group: Group) -> str:
+        """The circuit breaker of ``group`` (write, read, recall): closed, open, half-open."""
+        return self._core.breaker_state(group)
+
     async def call(self, call: Call[T]) -> T:
         """Send ``call``, retrying transient failures; its parsed answer, or a
-        ``MemledgerError``."""
+        ``MemledgerError`` (a recall memledger cannot answer now is answered from the stale
+        cache, when there is one and it holds the same request)."""
+        try:
+            return await self._attempts(call)
+        except Unavailable as error:
+            return self._core.stale(call, error)
+
+    async def _attempts(self, call: Call[T]) -> T:
         request = self._core.build(self._http, call)
         attempt = 1
         while True:
+            self._core.admit(call)
             try:
                 response = await self._http.send(request)
             except httpx.TransportError as error:
-                await self._sleep(self._core.after_error(error, attempt))
+                await self._sleep(self._core.after_error(error, attempt, call))
             else:
-                delay = self._core.after_response(response, attempt)
+                delay = self._core.after_response(response, attempt, call)
                 if delay is None:
                     return self._core.finish(call, response)
                 await self._sleep(delay)

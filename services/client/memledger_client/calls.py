@@ -16,6 +16,7 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ValidationError
 
+from memledger_client.degrade import Group
 from memledger_client.errors import from_validation
 from memledger_client.results import (
     BatchResult,
@@ -54,6 +55,15 @@ class Call(Generic[T]):
     params: Mapping[str, Any] = field(default_factory=dict)
     body: Mapping[str, Any] | None = None
     ryw: Place | None = None
+    recall: bool = False
+    """Search or context: answered within the breaker's recall timeout, and cacheable."""
+
+    @property
+    def group(self) -> Group:
+        """The circuit breaker that guards this call."""
+        if self.recall:
+            return "recall"
+        return "write" if self.method == "POST" else "read"
 
 
 class Consistency(TypedDict, total=False):
@@ -190,14 +200,14 @@ def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:
     body = validated(SearchRequest, query=query, **options)
     return Call("POST", "/v1/search", SearchAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
-                ryw=None if "min_position" in options else "body")
+                ryw=None if "min_position" in options else "body", recall=True)
 
 
 def context(space_id: str, options: ContextOptions) -> Call[ContextAnswer]:
     body = validated(ContextRequest, space_id=space_id, **options)
     return Call("POST", "/v1/context", ContextAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
-                ryw=None if "min_position" in options else "body")
+                ryw=None if "min_position" in options else "body", recall=True)
 
 
 def health(path: str = "/health") -> Call[dict[str, Any]]:

@@ -9,7 +9,8 @@ the ``{"error": {"status", "code", "message", "fields", ...}}`` body memledger s
     ├── Conflict         409 (``current_version`` of the stream)
     ├── RateLimited      429 (``retry_after`` seconds, when the server said)
     └── Unavailable      502 / 503 / 504, or no answer at all (``Unreachable``)
-        └── NotYetVisible  503 ``not_yet_visible``: committed, not projected within ``wait_ms``
+        ├── NotYetVisible  503 ``not_yet_visible``: committed, not projected within ``wait_ms``
+        └── CircuitOpen    not sent: this endpoint group failed too often lately
 """
 
 from dataclasses import dataclass
@@ -88,6 +89,16 @@ class NotYetVisible(Unavailable):
 
 class Unreachable(Unavailable):
     """No HTTP answer at all (connection refused, timeout), after every retry."""
+
+
+class CircuitOpen(Unavailable):
+    """Not sent: the calls of its endpoint group failed too often in a row, and the breaker's
+    recovery time has not passed (``retry_after`` seconds until a probe is let through)."""
+
+    @property
+    def retry_after(self) -> float | None:
+        value = self.body.get("retry_after")
+        return float(value) if isinstance(value, int | float) else None
 
 
 _BY_STATUS: dict[int, type[MemledgerError]] = {

@@ -1,6 +1,6 @@
 """Commands sent over NATS intake, each answered with its committed result: the enricher (its
 enrichments) and the query service (the retrievals it audits) are clients of ingest like any
-other (DESIGN §1: only ingest writes the event store)."""
+other (only ingest writes the event store)."""
 
 import asyncio
 import itertools

@@ -26,30 +26,45 @@ class SettingsError(ValueError):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    mode: Literal["embedded", "distributed"] = "embedded"
+    mode: Literal["embedded", "distributed"] = Field(
+        default="embedded", description="embedded: `memledger up` starts its own engines; "
+        "distributed: the engines named by the DSN and URL below")
     home: Path = Field(default=Path(".memledger"),
                        description="data directory of the embedded engines")
 
     postgres_dsn: str | None = Field(default=None, description="distributed mode: libpq DSN")
-    postgres_port: Port | None = Field(default=None, ge=1, le=65_535)
-    postgres_schema: str = Field(default="public", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
-    postgres_pool_size: int = Field(default=4, ge=1, le=64)
+    postgres_port: Port | None = Field(default=None, ge=1, le=65_535,
+                                       description="embedded PostgreSQL's port (unset: free)")
+    postgres_schema: str = Field(
+        default="public", pattern=r"^[a-z_][a-z0-9_]{0,62}$", description="schema of the event "
+        "store; read models go in `<schema>_rm_<n>` (`memledger_rm_<n>` for `public`)")
+    postgres_pool_size: int = Field(default=4, ge=1, le=64,
+                                    description="connections per pool of a service")
 
     nats_url: str | None = Field(default=None, description="distributed mode: nats:// URL(s)")
-    nats_port: Port | None = Field(default=None, ge=1, le=65_535)
-    nats_prefix: str = Field(default="memledger", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
-    nats_stream_replicas: int = Field(default=1, ge=1, le=5)
+    nats_port: Port | None = Field(default=None, ge=1, le=65_535,
+                                   description="embedded nats-server's port (unset: free)")
+    nats_prefix: str = Field(default="memledger", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+                             description="subject prefix; stream names derive from it")
+    nats_stream_replicas: int = Field(default=1, ge=1, le=5, description="replicas of each "
+                                      "JetStream stream (3 on a cluster)")
 
-    http_host: str = "127.0.0.1"
-    http_port: Port | None = Field(default=None, ge=0, le=65_535)
+    http_host: str = Field(default="127.0.0.1", description="address the HTTP and gRPC APIs "
+                           "listen on")
+    http_port: Port | None = Field(default=None, ge=0, le=65_535, description="HTTP API "
+                                   "(unset: 8420, or a free one if busy; set and busy: error)")
     grpc_port: Port | None = Field(default=None, ge=0, le=65_535, description="gRPC API, on "
                                    "http_host (unset: 8430, 8431 for query alone, or a free one)")
-    default_tenant: Slug | None = None
-    http_max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
-    http_request_timeout_seconds: float = Field(default=30.0, gt=0, le=3_600)
+    default_tenant: Slug | None = Field(default=None, description="tenant of requests that "
+                                        "name none (unset: `default` in embedded mode)")
+    http_max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024,
+                                     description="larger request bodies get 413")
+    http_request_timeout_seconds: float = Field(default=30.0, gt=0, le=3_600, description="a "
+                                                "request taking longer gets 504")
     rate_limit_per_second: float = Field(default=5_000.0, ge=0, description="requests per "
                                          "second per tenant; 0 turns the limit off")
-    rate_limit_burst: float = Field(default=10_000.0, ge=1)
+    rate_limit_burst: float = Field(default=10_000.0, ge=1, description="requests a tenant may "
+                                    "make at once above its rate")
     master_key: SecretStr | None = Field(
         default=None, description="base64 of 32 random bytes: wraps the data subjects' keys "
         "(personal data is sealed only when set; `memledger up` makes one under its home)")
@@ -57,45 +72,62 @@ class Settings(BaseSettings):
         default="auto", description="API keys: auto requires them except in the embedded mode "
         "on a loopback address")
 
-    writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000)
-    writer_linger_ms: float = Field(default=2.0, ge=0, le=100)
-    relay_batch: int = Field(default=2_000, ge=1, le=100_000)
-    relay_poll_seconds: float = Field(default=0.5, gt=0, le=60)
-    projector_batch: int = Field(default=500, ge=1, le=10_000)
-    intake_enabled: bool = True
-    intake_batch: int = Field(default=256, ge=1, le=10_000)
+    writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000, description="commands "
+                                         "the writer commits in one transaction at most")
+    writer_linger_ms: float = Field(default=2.0, ge=0, le=100, description="how long the "
+                                    "writer waits to fill a small group")
+    relay_batch: int = Field(default=2_000, ge=1, le=100_000,
+                             description="events the relay reads and publishes at once")
+    relay_poll_seconds: float = Field(default=0.5, gt=0, le=60, description="the relay's "
+                                      "polling fallback to NOTIFY")
+    projector_batch: int = Field(default=500, ge=1, le=10_000,
+                                 description="events per projector transaction")
+    intake_enabled: bool = Field(default=True, description="whether ingest consumes the NATS "
+                                 "intake subjects")
+    intake_batch: int = Field(default=256, ge=1, le=10_000,
+                              description="intake messages fetched at once")
 
     embedder: Literal["auto", "local", "cohere", "hashing"] = Field(
         default="auto", description="auto: Cohere when a key is set, else the local model; "
         "hashing is a model-free stand-in for tests")
-    cohere_api_key: str | None = Field(default=None, repr=False)
-    cohere_model: str = "embed-v4.0"
-    cohere_dims: int = Field(default=1024, ge=1, le=8_192)
-    cohere_base_url: str | None = None
+    cohere_api_key: str | None = Field(default=None, repr=False,
+                                       description="Cohere's API key (embeddings)")
+    cohere_model: str = Field(default="embed-v4.0", description="Cohere embedding model")
+    cohere_dims: int = Field(default=1024, ge=1, le=8_192,
+                             description="dimensions of Cohere's embeddings")
+    cohere_base_url: str | None = Field(default=None, description="another address for "
+                                        "Cohere's API (a proxy, a test server)")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
-    enricher_batch: int = Field(default=64, ge=1, le=1_000)
+    enricher_batch: int = Field(default=64, ge=1, le=1_000,
+                                description="events embedded per model call")
     # One batch at a time, its round trip through ingest left the model idle and held writes
     # 5 s from being searchable at 100 writes/s.
     enricher_in_flight: int = Field(default=3, ge=1, le=16, description="batches the "
                                     "enricher has under way at once (the next is embedded "
                                     "while ingest records the last)")
-    enricher_reply_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    enricher_reply_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="how long the enricher waits for ingest to "
+        "answer a command before it retries")
     lifecycle_interval_seconds: float = Field(
         default=60.0, ge=0.05, le=86_400, description="how often the lifecycle scheduler "
         "applies the space policies (expiry, retention, decay) and consolidation")
     qdrant_url: str | None = Field(default=None, description="distributed mode: a Qdrant "
                                    "server; otherwise Qdrant Edge under the data directory")
-    qdrant_collection: str = Field(default="memledger", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    vector_batch: int = Field(default=256, ge=1, le=10_000)
+    qdrant_collection: str = Field(default="memledger", pattern=r"^[A-Za-z0-9_-]{1,64}$",
+                                   description="the Qdrant collection (distributed mode)")
+    vector_batch: int = Field(default=256, ge=1, le=10_000,
+                              description="events per vector-index write")
 
     stop_grace_seconds: float = Field(
         default=10.0, gt=0, le=600, description="how long a service may take to stop after "
         "SIGTERM or SIGINT before it is ended at once (its unacked work is redelivered)")
 
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the least severe log line written")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto", description="JSON lines on stderr; auto: a console renderer on a TTY")
     otlp_endpoint: str | None = Field(
         default=None, pattern=r"^https?://[^/\s]+(/\S*)?$", description="an OpenTelemetry "
         "collector's OTLP/HTTP address (e.g. http://localhost:4318): traces and metrics are "

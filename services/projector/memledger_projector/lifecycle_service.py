@@ -3,7 +3,7 @@ up, every ``lifecycle_interval_seconds`` sends ingest what the space policies de
 moment (``archive_memory`` with the policy version and reason) and what consolidation found
 (``merge_memories`` or ``suggest_merge``), each under a deterministic idempotency key.
 
-It is a client of ingest like the enricher (DESIGN §1: only ingest writes the event store).
+It is a client of ingest like the enricher (only ingest writes the event store).
 Its state is rebuilt by folding the stream from the start at every start (a fresh consumer),
 so it keeps nothing of its own: a restart decides what the log and the clock say.
 """

@@ -1,6 +1,6 @@
 """``Recorder``: where the query service sends the retrievals it audits.
 
-Only ingest writes the event store (DESIGN §1), so an audited retrieval is recorded by a
+Only ingest writes the event store, so an audited retrieval is recorded by a
 ``record_retrieval`` command, like any client's write. The adapter sends it over NATS intake on
 the query service's own connection; the fake keeps what it was given.
 """
