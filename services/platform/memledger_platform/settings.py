@@ -97,6 +97,13 @@ class Settings(BaseSettings):
                              description="dimensions of Cohere's embeddings")
     cohere_base_url: str | None = Field(default=None, description="another address for "
                                         "Cohere's API (a proxy, a test server)")
+    reranker: Literal["off", "cohere"] = Field(
+        default="off", description="reorder a search's best hits with a reranking model: "
+        "cohere (Cohere Rerank, needs MEMLEDGER_COHERE_API_KEY); off by default")
+    cohere_rerank_model: str = Field(default="rerank-v3.5", description="Cohere reranking "
+                                     "model")
+    rerank_depth: int = Field(default=30, ge=1, le=200, description="how many of a search "
+                              "layer's best hits the reranker reorders")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
@@ -142,8 +149,9 @@ class Settings(BaseSettings):
                     ENV_PREFIX + m.upper() for m in missing))
         if self.master_key is not None:
             _master_bytes(self.master_key)
-        if self.embedder == "cohere" and not self.cohere_api_key:
-            raise ValueError("MEMLEDGER_EMBEDDER=cohere needs MEMLEDGER_COHERE_API_KEY")
+        for setting, value in (("EMBEDDER", self.embedder), ("RERANKER", self.reranker)):
+            if value == "cohere" and not self.cohere_api_key:
+                raise ValueError(f"MEMLEDGER_{setting}=cohere needs MEMLEDGER_COHERE_API_KEY")
         return self
 
     @property

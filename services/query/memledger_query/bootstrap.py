@@ -29,10 +29,11 @@ from memledger_platform.vectorindex.factory import model_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import grpc_api, lifecycle_http, retrieval_http, when
+from memledger_query import grpc_api, lifecycle_http, rerank, retrieval_http, when
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.recorder import IntakeRecorder
+from memledger_query.semantic import Rerank
 from memledger_query.semantic_http import Semantic, add_routes
 
 QUERY_PORT = 8421
@@ -114,7 +115,10 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     gate = open_gate(settings, dsn)
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
     recorder = IntakeRecorder()
-    semantic = Semantic(index, embedder, vectors, reader, recorder=recorder)
+    reranker = rerank.from_settings(settings)
+    semantic = Semantic(index, embedder, vectors, reader, recorder=recorder,
+                        rerank=None if reranker is None else Rerank(reranker,
+                                                                    settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)

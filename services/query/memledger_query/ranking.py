@@ -155,6 +155,9 @@ class Factors(NamedTuple):
     fused: float = 0.0
     nearness: float = 0.0
     timely: float = 1.0
+    rerank: float | None = None
+    """The reranker's score, which took the fused score's place (``rerank``); None: not
+    reranked."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class Ranked:
             "importance_factor": round(f.importance, 6),
             "confidence_factor": round(f.confidence, 6), **_explain_signals(f.signals),
             "utility": round(f.utility, 6), "utility_factor": round(f.useful, 6),
+            **({} if f.rerank is None else {"rerank": round(f.rerank, 6)}),
             "score": round(self.score, 6)}
 
 

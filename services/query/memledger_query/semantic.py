@@ -19,6 +19,7 @@ from memledger_query.ranking import (
     collapse,
     rank,
 )
+from memledger_query.rerank import Reranker, reorder
 
 OVERFETCH = 4
 """Candidates fetched per result wanted, from each of dense and keyword search: ranking
@@ -26,6 +27,14 @@ reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
 SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """A reranker and how many of a layer's best hits it reorders."""
+
+    reranker: Reranker
+    depth: int
 """The feedback of the given item ids (as of the search's basis), by item id."""
 
 
@@ -52,11 +61,13 @@ QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
 def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
            subject: str | None = None, signals: SignalLookup | None = None,
-           windows: tuple[when.Window, ...] = ()) -> list[Found]:
+           windows: tuple[when.Window, ...] = (), rerank: Rerank | None = None
+           ) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
     repeated in a later one. ``signals`` is asked once, for every layer's candidates;
-    ``windows`` are the periods the query names. The keyword searches come first: an
-    embedding still under way is waited for only after them."""
+    ``windows`` are the periods the query names; ``rerank`` reorders each layer's best hits
+    (``rerank.reorder``). The keyword searches come first: an embedding still under way is
+    waited for only after them."""
     query = sparse.encode_query(text)
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
@@ -71,6 +82,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known, windows)
                   if r.relevance >= threshold]
+        if rerank is not None and ranked:
+            ranked = reorder(ranked, text, rerank.reranker, rerank.depth)
         kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))

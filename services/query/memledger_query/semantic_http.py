@@ -36,7 +36,7 @@ from memledger_query.http import Problem, Tenant, _json, principal
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.recorder import NoRecorder, Recorder
-from memledger_query.semantic import Layer, QueryVector, SignalLookup
+from memledger_query.semantic import Layer, QueryVector, Rerank, SignalLookup
 from memledger_query.semantic import search as semantic_search
 from memledger_query.semantic_dto import (
     ContextAnswer,
@@ -76,6 +76,8 @@ class Semantic:
     recipe: Recipe = field(default_factory=Recipe)
     recorder: Recorder = field(default_factory=NoRecorder)
     """Where audited retrievals are recorded (through ingest)."""
+    rerank: Rerank | None = None
+    """A reranker of each layer's best hits (none: off)."""
 
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
@@ -158,7 +160,10 @@ def _actor(who: Principal) -> str:
 
 
 def _policy(semantic: Semantic) -> str:
-    return policy_version(semantic.recipe, semantic.embedder.model_id)
+    models = semantic.embedder.model_id
+    if semantic.rerank is not None:
+        models += f" reranked by {semantic.rerank.reranker.model_id}/{semantic.rerank.depth}"
+    return policy_version(semantic.recipe, models)
 
 
 def _within_grants(who: Principal, body: SearchRequest) -> SearchRequest:
@@ -234,7 +239,7 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
                             signals=_signals(semantic, tenant, at, recipe, signalled),
-                            windows=windows)
+                            windows=windows, rerank=semantic.rerank)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,

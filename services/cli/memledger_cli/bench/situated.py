@@ -32,7 +32,7 @@ import aiohttp
 
 from memledger_cli.bench import corpus
 from memledger_cli.bench import situatedqa as sqa
-from memledger_cli.bench.load import load, post
+from memledger_cli.bench.load import Overloaded, load, post
 from memledger_cli.bench.searchable import watching
 from memledger_cli.bench.settle import settled
 
@@ -40,6 +40,8 @@ TIMED, UNTIMED = "situatedqa", "situatedqa-untimed"
 DISTRACTORS = 2_000
 WAIT_MS = 20_000
 """How long a search may wait for the read models (the enricher may still be writing)."""
+RETRIES = 3
+"""Tries of a search the server answered 503 or 504 (busy: these searches are not timed)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAMESPACE = uuid.UUID("5d9f1c3e-8a7b-4c2d-9e1f-0a3b5c7d9e21")
 
@@ -148,7 +150,13 @@ async def _top(http: aiohttp.ClientSession, space: str, question: str,
                             "wait_ms": WAIT_MS}
     if valid_at is not None:
         body["valid_at"] = valid_at
-    answer = await post(http, "/v1/search", body)
+    for attempt in range(RETRIES):
+        try:
+            answer = await post(http, "/v1/search", body)
+            break
+        except Overloaded:
+            if attempt == RETRIES - 1:
+                raise
     return answer["results"][0]["item_id"] if answer["results"] else None
 
 
