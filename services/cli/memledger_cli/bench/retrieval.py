@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--situatedqa-limit", type=int, default=None,
                         help="only the first N SituatedQA questions (0: skip that part; "
                         "default: all)")
+    parser.add_argument("--situatedqa-distractors", type=int, default=situated.DISTRACTORS,
+                        help="unrelated statements stored beside the answers")
     parser.add_argument("--clients", type=_count, default=4,
                         help="concurrent searches of the SituatedQA part")
 
@@ -76,7 +78,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             asked = await conversations.ask_all(http, loaded)
             steps.step("SituatedQA")
             timeline = {} if sqa_dir is None else await situated.measure(
-                http, server.nats_url, sqa_dir, args.situatedqa_limit, args.clients)
+                http, server.nats_url, sqa_dir, args.situatedqa_limit, args.clients,
+                args.situatedqa_distractors)
     steps.step("baselines")
     return {"scenario": "retrieval", "dataset": f"LoCoMo dev ({locomo.FILE})", "store": store,
             "conversations": len(talks), "sessions": sum(len(t.sessions) for t in talks),

@@ -84,12 +84,12 @@ def distractors(count: int) -> list[dict[str, Any]]:
 
 
 async def measure(http: aiohttp.ClientSession, nats_url: str, path: Path, limit: int | None,
-                  clients: int) -> dict[str, Any]:
+                  clients: int, noise_count: int = DISTRACTORS) -> dict[str, Any]:
     """Load, wait until embedded, ask; the ``situatedqa_*`` fields of the result."""
     data = Statements(sqa.questions(path, limit))
     for space in (TIMED, UNTIMED):
         await post(http, "/v1/spaces", {"space_id": space})
-    noise = distractors(DISTRACTORS)
+    noise = distractors(noise_count)
     async with watching(nats_url, "*") as embeddings:
         embedded = [embeddings.expect(c["item_id"]) for c in data.commands]
         await load(http, data.commands + noise)
