@@ -97,7 +97,7 @@ def test_a_hit_said_in_the_named_period_moves_above_a_slightly_closer_one_said_e
     lifted = rank([said_in_may, said_in_march], Recipe(), now, windows=(MAY,))
     assert [r.candidate.item_id for r in lifted] == ["may", "march"]
     assert lifted[0].explain["time_nearness"] == 1.0
-    assert lifted[0].explain["time_factor"] == pytest.approx(1.3)
+    assert lifted[0].explain["time_factor"] == pytest.approx(1.6)
     assert lifted[0].relevance == score(said_in_may, Recipe(), now).relevance, (
         "time orders hits; it never lets one in")
 

@@ -74,7 +74,7 @@ class Recipe:
     (docs/search.md), where they rank better than either signal alone and than 0.7 / 0.3."""
     keyword_half: float = 4.0
     """The BM25 score that counts as half relevant (BM25 is unbounded; this maps it to 0..1)."""
-    time_weight: float = 0.3
+    time_weight: float = 0.6
     """How far a hit whose valid time meets a period named in the query moves up."""
     recency_weight: float = 0.2
     importance_weight: float = 0.2
