@@ -100,6 +100,8 @@ def test_the_baselines_and_latency_come_from_the_same_run(result: dict[str, Any]
     for name in ("bm25", "dense", "rrf"):
         assert f"baseline_{name}_turn_recall_all_at_10" in result
         assert f"baseline_{name}_session_recall_all_at_5" in result
+    for part in ("dense_only", "keyword_only"):
+        assert 0.0 <= result[f"{part}_turn_recall_all_at_10"] <= 1.0
     assert 0 < result["search_p50_ms"] <= result["search_p99_ms"]
 
 

@@ -7,9 +7,10 @@ with ``POST /v1/search`` and scored on the turns that answer it (``recall``): ov
 category, at turn level (``turn_recall_all_at_5``, ``turn_recall_all_at_10``,
 ``turn_recall_any_at_10``, ``turn_mrr``, ``turn_ndcg_at_10``) and at session level
 (``session_recall_all_at_5``, sessions ranked by their best turn), with the latency of the
-searches (``search_p50_ms``, ``search_p99_ms``, one at a time). Beside it, in the same run, the
-same metrics of baselines computed in this process over the same turns (``baselines``):
-``baseline_bm25_*``, ``baseline_dense_*`` and ``baseline_rrf_*``.
+searches (``search_p50_ms``, ``search_p99_ms``, one at a time). Beside it, in the same run: the
+same metrics of baselines computed in this process over the same turns (``baselines``:
+``baseline_bm25_*``, ``baseline_dense_*`` and ``baseline_rrf_*``), and memledger's own search
+with one signal alone (``dense_only_*``, ``keyword_only_*``), which its fusion must beat.
 
 SituatedQA (``situated``): accuracy of the answer that held at a date, with and without the
 valid-time filter (``situatedqa_*``). It is loaded after LoCoMo's questions are asked, so its
@@ -29,6 +30,10 @@ from memledger_cli.bench import baselines, conversations, locomo, recall, situat
 from memledger_cli.bench import situatedqa as sqa
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.settle import settled
+
+PARTS = {"dense_only": {"dense": 1, "keyword": 0}, "keyword_only": {"dense": 0, "keyword": 1}}
+"""memledger's search with one signal alone, beside the fused default (same server, same
+run): fusion must beat its best part."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +81,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             await settled(http)
             steps.step(f"asking {sum(len(t.questions) for t in talks)} questions")
             asked = await conversations.ask_all(http, loaded)
+            parts = {name: await conversations.ask_all(http, loaded, {"weights": weights})
+                     for name, weights in PARTS.items()}
             steps.step("SituatedQA")
             timeline = {} if sqa_dir is None else await situated.measure(
                 http, server.nats_url, sqa_dir, args.situatedqa_limit, args.clients,
@@ -85,7 +92,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "conversations": len(talks), "sessions": sum(len(t.sessions) for t in talks),
             "turns": sum(len(t.turns) for t in talks), "questions": len(asked),
             "k": conversations.K, "model": "local (all-MiniLM-L6-v2)",
-            **_scored(talks, asked), **_latency(asked), **timeline, "cpus": os.cpu_count()}
+            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked), **timeline,
+            "cpus": os.cpu_count()}
 
 
 def _scored(talks: list[locomo.Conversation], asked: list[conversations.Asked]
@@ -94,6 +102,17 @@ def _scored(talks: list[locomo.Conversation], asked: list[conversations.Asked]
     out = recall.summary(_scores(talks, [a.ranking for a in asked]))
     for name, ranked in _baselines(talks).items():
         out.update(recall.summary(_scores(talks, ranked), prefix=f"baseline_{name}_"))
+    return out
+
+
+def _parts(talks: list[locomo.Conversation], parts: dict[str, list[conversations.Asked]]
+           ) -> dict[str, float]:
+    """memledger's overall metrics with one signal alone (``<part>_…``)."""
+    out: dict[str, float] = {}
+    for name, asked in parts.items():
+        found = recall.summary(_scores(talks, [a.ranking for a in asked]), prefix=f"{name}_")
+        out.update({k: v for k, v in found.items()
+                    if k.removeprefix(f"{name}_").startswith(("turn_", "session_"))})
     return out
 
 
