@@ -18,7 +18,7 @@ def day(y: int, m: int, d: int) -> datetime:
     return datetime(y, m, d, tzinfo=UTC)
 
 
-def windows(query: str) -> list[tuple[str, datetime, datetime]]:
+def periods(query: str) -> list[tuple[str, datetime, datetime]]:
     return [(w.text, datetime.fromtimestamp(w.start, UTC), datetime.fromtimestamp(w.end, UTC))
             for w in when.resolve(query, AT)]
 
@@ -37,7 +37,7 @@ def windows(query: str) -> list[tuple[str, datetime, datetime]]:
         "yesterday", "a year"])
 def test_a_named_period_resolves_to_its_whole_day_week_month_or_year(
         query: str, expected: list[tuple[str, datetime, datetime]]) -> None:
-    assert windows(query) == expected
+    assert periods(query) == expected
 
 
 @pytest.mark.parametrize("query", [
@@ -45,7 +45,7 @@ def test_a_named_period_resolves_to_its_whole_day_week_month_or_year(
     "what is 2 + 2", "How long ago was her 18th birthday?", "what did Caroline research?",
     "what did we discuss?"])
 def test_words_that_only_look_like_dates_name_no_period(query: str) -> None:
-    assert windows(query) == []
+    assert periods(query) == []
 
 
 def test_the_same_words_at_another_valid_time_name_another_period() -> None:
@@ -54,7 +54,7 @@ def test_the_same_words_at_another_valid_time_name_another_period() -> None:
                                                   day(2024, 1, 8).timestamp())]
 
 
-MAY = when.Window("in May 2023", day(2023, 5, 1).timestamp(), day(2023, 6, 1).timestamp())
+MAY = when.Period("in May 2023", day(2023, 5, 1).timestamp(), day(2023, 6, 1).timestamp())
 
 
 @pytest.mark.parametrize(("kind", "valid_from", "valid_to", "expected"), [
@@ -94,7 +94,7 @@ def test_a_hit_said_in_the_named_period_moves_above_a_slightly_closer_one_said_e
     now = AT.timestamp()
     assert [r.candidate.item_id for r in rank([said_in_may, said_in_march], Recipe(), now)] == [
         "march", "may"]
-    lifted = rank([said_in_may, said_in_march], Recipe(), now, windows=(MAY,))
+    lifted = rank([said_in_may, said_in_march], Recipe(), now, periods=(MAY,))
     assert [r.candidate.item_id for r in lifted] == ["may", "march"]
     assert lifted[0].explain["time_nearness"] == 1.0
     assert lifted[0].explain["time_factor"] == pytest.approx(1.6)
@@ -104,7 +104,7 @@ def test_a_hit_said_in_the_named_period_moves_above_a_slightly_closer_one_said_e
 
 def test_a_recipe_without_time_weight_ignores_the_named_period() -> None:
     found = score(message("m", day(2023, 5, 12), dense=0.6), Recipe(time_weight=0.0),
-                  AT.timestamp(), windows=(MAY,))
+                  AT.timestamp(), periods=(MAY,))
     assert found.explain["time_factor"] == 1.0
 
 

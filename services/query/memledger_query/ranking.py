@@ -192,17 +192,17 @@ class Ranked:
 
 def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float,
          signals: Mapping[str, Signals] | None = None,
-         windows: tuple[when.Window, ...] = ()) -> list[Ranked]:
+         periods: tuple[when.Period, ...] = ()) -> list[Ranked]:
     """Every candidate scored, best first (ties broken by item id, so a ranking repeats);
-    ``signals``: the feedback of candidates by item id (none: no feedback); ``windows``: the
+    ``signals``: the feedback of candidates by item id (none: no feedback); ``periods``: the
     periods the query names (``when.resolve``)."""
     known = signals or {}
-    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS), windows)
+    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS), periods)
                    for c in candidates), key=lambda r: (-r.score, r.candidate.item_id))
 
 
 def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS,
-          windows: tuple[when.Window, ...] = ()) -> Ranked:
+          periods: tuple[when.Period, ...] = ()) -> Ranked:
     dense = max(c.dense or 0.0, 0.0)
     raw_keyword = c.keyword or 0.0
     keyword = raw_keyword / (raw_keyword + recipe.keyword_half) if raw_keyword > 0 else 0.0
@@ -217,8 +217,8 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     confidence = 1 - recipe.confidence_weight * (1 - float(p.get("confidence", 1.0)))
     learned = utility(signals)
     useful = 1 + recipe.utility_weight * (2 * learned - 1)
-    near = when.nearness(windows, str(p.get("kind")), float(p.get("valid_from") or 0.0),
-                         float(p.get("valid_to") or OPEN)) if windows else 0.0
+    near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0),
+                         float(p.get("valid_to") or OPEN)) if periods else 0.0
     timely = 1 + recipe.time_weight * near
     final = fused * recency * importance * confidence * useful * timely
     return Ranked(c, relevance, final, Factors(

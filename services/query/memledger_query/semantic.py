@@ -61,11 +61,11 @@ QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
 def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
            subject: str | None = None, signals: SignalLookup | None = None,
-           windows: tuple[when.Window, ...] = (), rerank: Rerank | None = None
+           periods: tuple[when.Period, ...] = (), rerank: Rerank | None = None
            ) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
     repeated in a later one. ``signals`` is asked once, for every layer's candidates;
-    ``windows`` are the periods the query names; ``rerank`` reorders each layer's best hits
+    ``periods`` are the periods the query names; ``rerank`` reorders each layer's best hits
     (``rerank.reorder``). The keyword searches come first: an embedding still under way is
     waited for only after them."""
     query = sparse.encode_query(text)
@@ -80,7 +80,7 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
-        ranked = [r for r in rank(fresh, recipe, now, known, windows)
+        ranked = [r for r in rank(fresh, recipe, now, known, periods)
                   if r.relevance >= threshold]
         if rerank is not None and ranked:
             ranked = reorder(ranked, text, rerank.reranker, rerank.depth)

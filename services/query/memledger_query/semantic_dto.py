@@ -112,7 +112,7 @@ class TimeWindow(Frozen):
     valid_to: datetime
 
     @classmethod
-    def of(cls, window: when.Window) -> "TimeWindow":
+    def of(cls, window: when.Period) -> "TimeWindow":
         return cls(text=window.text, valid_from=datetime.fromtimestamp(window.start, UTC),
                    valid_to=datetime.fromtimestamp(window.end, UTC))
 

@@ -233,18 +233,18 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.embed_query(body.query)
-    windows = when.resolve(body.query, at.valid_at) if recipe.time_weight > 0 else ()
+    periods = when.resolve(body.query, at.valid_at) if recipe.time_weight > 0 else ()
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
                             signals=_signals(semantic, tenant, at, recipe, signalled),
-                            windows=windows, rerank=semantic.rerank)
+                            periods=periods, rerank=semantic.rerank)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
-                        time_windows=[TimeWindow.of(w) for w in windows])
+                        time_windows=[TimeWindow.of(w) for w in periods])
 
 
 def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:

@@ -1,5 +1,5 @@
 """Time in a search's words: "in May 2023", "on 7 July, 2023", "last week", "two years ago",
-resolved against the search's valid time into windows of valid time, which ranking favours
+resolved against the search's valid time into periods of valid time, which ranking favours
 (``ranking``: a boost, never a filter, since an event is often told after it happened).
 
 ``dateparser`` finds and reads the expressions (its own grammar and vocabulary, no network);
@@ -7,7 +7,7 @@ this module only keeps the ones that name a time of their own, and turns each in
 period it names: a day, the week (Monday to Monday), the month or the year. Event-relative
 expressions ("before she moved") need the event's own time and are not resolved.
 
-Pure apart from the parser: the same words at the same valid time give the same windows, so
+Pure apart from the parser: the same words at the same valid time give the same periods, so
 a search passed its basis back ranks the same.
 """
 
@@ -22,8 +22,8 @@ from memledger_platform.vectorindex.port import OPEN
 
 DAY = 86_400.0
 MIN_SCALE = 7 * DAY
-"""How far outside a window a time still counts for something (at least a week, else the
-window's own length): told a few days later, or planned a few days before, it is still near."""
+"""How far outside a period a time still counts for something (at least a week, else the
+period's own length): told a few days later, or planned a few days before, it is still near."""
 
 # dateparser reads every word as a possible date ("we" is a Wednesday, "may" a month): it is
 # asked only about queries with a digit or one of these words, and a bare word it finds counts
@@ -38,7 +38,7 @@ _SETTINGS: dict[str, Any] = {"PREFER_DATES_FROM": "past", "RETURN_TIME_AS_PERIOD
 
 
 @dataclass(frozen=True)
-class Window:
+class Period:
     """A period named in a query: ``[start, end)`` in epoch seconds."""
 
     text: str
@@ -46,7 +46,7 @@ class Window:
     end: float
 
 
-def resolve(query: str, at: datetime) -> tuple[Window, ...]:
+def resolve(query: str, at: datetime) -> tuple[Period, ...]:
     """The periods ``query`` names, relative to ``at`` (the search's valid time), in the
     order they appear."""
     if not _HINT.search(query):
@@ -55,12 +55,12 @@ def resolve(query: str, at: datetime) -> tuple[Window, ...]:
 
 
 @lru_cache(maxsize=1_024)
-def _resolve(query: str, at: datetime) -> tuple[Window, ...]:
+def _resolve(query: str, at: datetime) -> tuple[Period, ...]:
     found = []
     for text in _spans(query, at):
-        window = _window(text, at)
-        if window is not None:
-            found.append(window)
+        period_ = _period_of(text, at)
+        if period_ is not None:
+            found.append(period_)
     return tuple(found)
 
 
@@ -84,7 +84,7 @@ def _spans(query: str, at: datetime) -> list[str]:
     return [query[a:b] for a, b in spans]
 
 
-def _window(text: str, at: datetime) -> Window | None:
+def _period_of(text: str, at: datetime) -> Period | None:
     core = _LEADING.sub("", text.strip()).strip(" ,")
     if not _names_a_time(core):
         return None
@@ -94,7 +94,7 @@ def _window(text: str, at: datetime) -> Window | None:
     bounds = period(parsed.date_obj, str(parsed.period))
     if bounds is None:
         return None
-    return Window(text.strip(), _epoch(bounds[0]), _epoch(bounds[1]))
+    return Period(text.strip(), _epoch(bounds[0]), _epoch(bounds[1]))
 
 
 def _names_a_time(core: str) -> bool:
@@ -139,23 +139,23 @@ EVENT_KINDS = frozenset({"message", "episode", "observation"})
 (a state: a fact, a preference, a decision...)."""
 
 
-def nearness(windows: tuple[Window, ...], kind: str, valid_from: float, valid_to: float
+def nearness(periods: tuple[Period, ...], kind: str, valid_from: float, valid_to: float
              ) -> float:
-    """How well a hit's valid time meets the windows, in [0, 1]: 1 inside one (an event at its
+    """How well a hit's valid time meets the periods, in [0, 1]: 1 inside one (an event at its
     valid_from; a state anywhere in its interval), then decaying with the distance outside
-    (``exp(-distance / max(window length, a week))``); 0 without windows."""
-    if not windows:
+    (``exp(-distance / max(period length, a week))``); 0 without periods."""
+    if not periods:
         return 0.0
     start, end = (valid_from, valid_from) if kind in EVENT_KINDS else (
         valid_from, min(valid_to, OPEN))
-    return max(_near(w, start, end) for w in windows)
+    return max(_near(p, start, end) for p in periods)
 
 
-def _near(window: Window, start: float, end: float) -> float:
-    if start < window.end and (end > window.start or start >= window.start):
+def _near(span: Period, start: float, end: float) -> float:
+    if start < span.end and (end > span.start or start >= span.start):
         return 1.0
-    distance = window.start - end if end <= window.start else start - window.end
-    return math.exp(-max(distance, 0.0) / max(window.end - window.start, MIN_SCALE))
+    distance = span.start - end if end <= span.start else start - span.end
+    return math.exp(-max(distance, 0.0) / max(span.end - span.start, MIN_SCALE))
 
 
 def warm() -> None:
