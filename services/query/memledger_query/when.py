@@ -58,9 +58,9 @@ def resolve(query: str, at: datetime) -> tuple[Period, ...]:
 def _resolve(query: str, at: datetime) -> tuple[Period, ...]:
     found = []
     for text in _spans(query, at):
-        period_ = _period_of(text, at)
-        if period_ is not None:
-            found.append(period_)
+        named = _period_of(text, at)
+        if named is not None:
+            found.append(named)
     return tuple(found)
 
 
