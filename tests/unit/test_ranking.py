@@ -78,7 +78,7 @@ def test_the_score_is_the_fused_relevance_times_recency_importance_and_confidenc
 
 @pytest.mark.parametrize(("kind", "half_life"), [
     ("fact", 180.0), ("preference", 180.0), ("decision", 365.0), ("steering_rule", 730.0),
-    ("observation", 30.0), ("episode", 14.0), ("gossip", 30.0)])
+    ("observation", 30.0), ("episode", 14.0), ("message", 365.0), ("gossip", 30.0)])
 def test_the_decay_is_one_half_after_the_half_life_of_the_kind(kind: str, half_life: float
                                                                ) -> None:
     explain = score(candidate(dense=1.0, kind=kind, content_at=NOW - half_life * DAY),
