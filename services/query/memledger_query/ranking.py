@@ -86,7 +86,7 @@ class Recipe:
         "decision": 365.0, "correction": 365.0, "steering_rule": 730.0, "procedure": 365.0,
         "preference": 180.0, "fact": 180.0, "observation": 30.0, "episode": 14.0,
         # What was said stays worth finding: a conversation's early sessions are asked about
-        # as much as its last (the retrieval benchmark; 30 days cost it 0.013 recall@10).
+        # as much as its last.
         "message": 365.0})
     default_half_life_days: float = 30.0
 
