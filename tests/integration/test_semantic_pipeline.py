@@ -146,6 +146,32 @@ async def test_as_of_search_follows_valid_time_and_system_time(running: Pipeline
         assert await office() == []  # valid_to 2022: not true now
 
 
+async def test_a_period_named_in_the_query_lifts_what_happened_then_and_is_listed(
+        running: Pipeline) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    for month in (3, 5):
+        last = await _write(running, "acme", AssertMemory(
+            space_id="main", kind="episode", content=f"we met the design agency (month {month})",
+            valid_from=datetime(2023, month, 10, tzinfo=UTC)))
+    async with running.client("acme") as client:
+        async def asked(query: str) -> dict[str, Any]:
+            response = await client.post("/v1/search", json={
+                "query": query, "valid_at": "2023-08-01T00:00:00Z", "explain": True,
+                "min_position": last["position"], **KEYWORDS_ONLY})
+            assert response.status_code == 200, response.text
+            found: dict[str, Any] = response.json()
+            return found
+
+        in_may = await asked("when did we meet the design agency in May 2023?")
+        plain = await asked("when did we meet the design agency?")
+    assert [w["text"] for w in in_may["time_windows"]] == ["in May 2023"]
+    assert in_may["time_windows"][0]["valid_from"].startswith("2023-05-01T00:00:00")
+    assert in_may["results"][0]["content"].endswith("(month 5)")
+    assert in_may["results"][0]["explain"]["time_nearness"] == 1.0
+    assert plain["time_windows"] == []
+    assert {h["explain"]["time_factor"] for h in plain["results"]} == {1.0}
+
+
 async def test_user_messages_become_preferences_in_a_context_bundle_within_its_budget(
         running: Pipeline) -> None:
     await _write(running, "acme", CreateSpace(space_id="main"))

@@ -36,7 +36,7 @@ from memledger_query.http import Problem, Tenant, _json, principal
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.recorder import NoRecorder, Recorder
-from memledger_query.semantic import Layer, QueryVector, Rerank, SignalLookup
+from memledger_query.semantic import Layer, Periods, QueryVector, Rerank, SignalLookup
 from memledger_query.semantic import search as semantic_search
 from memledger_query.semantic_dto import (
     ContextAnswer,
@@ -93,6 +93,16 @@ class Semantic:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._searching, call)
 
+    def periods_soon(self, query: str, at: datetime) -> "Future[tuple[when.Period, ...]]":
+        """The periods ``query`` names at ``at``, under way (none if time does not count): the
+        date parser runs while the index is read (it holds the GIL; the index's process and
+        the model do not)."""
+        if self.recipe.time_weight <= 0:
+            done: Future[tuple[when.Period, ...]] = Future()
+            done.set_result(())
+            return done
+        return self._embedding.submit(when.resolve, query, at)
+
     def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
         if body.weights.dense <= 0:
@@ -130,9 +140,10 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
     vector = semantic.embed_soon(body)
     try:
         at = await _basis(semantic, body)
+        periods = semantic.periods_soon(body.query, at.valid_at)
         await _wait_read_model(semantic, body, at)
         audit, body, answer = await semantic.run(_search_as_audited, semantic, tenant,
-                                                 body, at, granted, vector)
+                                                 body, at, granted, (vector, periods))
     finally:
         vector.cancel()  # unless under way (a refused request does not wait for it)
     if not audit:
@@ -211,40 +222,55 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 # --- search -----------------------------------------------------------------------------------
 
 def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-                       granted: Sequence[str], vector: "Future[Sequence[float] | None]"
+                       granted: Sequence[str], under_way: tuple[
+                           "Future[Sequence[float] | None]", "Future[tuple[when.Period, ...]]"]
                        ) -> tuple[bool, SearchRequest, SearchAnswer]:
     """Whether the search is audited, the request it runs (pinned to its basis if so) and its
-    answer: one trip to a worker thread for the policy lookup and the search."""
+    answer: one trip to a worker thread for the policy lookup and the search. ``under_way``:
+    the query's embedding and the periods it names, being computed."""
     audit, signalled = retrievals.search_gates_now(semantic.reader, tenant, body.audit,
                                                    body.spaces)
     body = retrievals.pinned(body, at) if audit else body
+    vector, periods = under_way
     return audit, body, _search(semantic, tenant, body, at, granted, vector.result,
-                                signalled=signalled)
+                                signalled=signalled, periods=periods.result)
 
 
 def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
             granted: Sequence[str] = (), vector: QueryVector = None, *,
-            signalled: bool = True) -> SearchAnswer:
+            signalled: bool = True, periods: Periods | None = None) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
     the ecosystem layer. ``vector``: the query's embedding, if computed already.
-    ``signalled``: whether the tenant has any feedback (if not, none is looked up)."""
+    ``signalled``: whether the tenant has any feedback (if not, none is looked up).
+    ``periods``: the periods the query names, if under way already."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.embed_query(body.query)
-    periods = when.resolve(body.query, at.valid_at) if recipe.time_weight > 0 else ()
+    named = _named(body.query, at, recipe, periods)
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted), recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
                             signals=_signals(semantic, tenant, at, recipe, signalled),
-                            periods=periods, rerank=semantic.rerank)
+                            periods=named, rerank=semantic.rerank)
     hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
-                        time_windows=[TimeWindow.of(w) for w in periods])
+                        time_windows=[TimeWindow.of(p) for p in named()])
+
+
+def _named(query: str, at: Basis, recipe: Recipe, under_way: Periods | None
+           ) -> Callable[[], tuple[when.Period, ...]]:
+    """The periods ``query`` names (none when time does not count), resolved once, when
+    first asked: ``under_way`` if given, else here."""
+    if recipe.time_weight <= 0:
+        return lambda: ()
+    if under_way is None:
+        return functools.cache(lambda: when.resolve(query, at.valid_at))
+    return functools.cache(under_way) if callable(under_way) else (lambda: under_way)
 
 
 def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:
