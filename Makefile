@@ -4,13 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint docs install test-integration test-unit test-faults bench clean
+.PHONY: run test lint docs install test-integration test-unit test-faults test-browser bench clean
 
 run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stops it)
 	$(BIN)/memledger up
 
 test: lint               ## the linters, then the whole suite against real engines (what CI runs)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
@@ -20,6 +20,11 @@ test-integration: $(STAMP)
 
 test-faults: $(STAMP)    ## kill -9 every process in turn under load; nothing acked lost or repeated
 	$(BIN)/python -m pytest -q -m faults tests/faults
+
+test-browser: $(STAMP)   ## installs Debian's Chromium and chromedriver (root), then the console's browser tests
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update && apt-get install -y chromium chromium-driver; }
+	$(BIN)/python -m pytest -q -rs tests/e2e/test_console.py
 
 lint: $(STAMP)           ## ruff and mypy --strict
 	$(BIN)/ruff check .

@@ -43,6 +43,8 @@ from memledger_schemas.types import (
 )
 
 MAX_BATCH = 1_000
+CLEAR = "kept in the clear (never sealed): must not hold personal data"
+"""What the API says of a free-text field that is not sealed under a data subject's key."""
 
 
 class CommandBase(BaseModel):
@@ -55,16 +57,22 @@ class CommandBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     http_path: ClassVar[str]
 
-    idempotency_key: ShortText | None = None
+    idempotency_key: ShortText | None = Field(
+        default=None, description="a retry with the same key returns the first result; "
+        "stored as a keyed digest (with a master key), never as sent")
     expected_version: int | None = Field(default=None, ge=0)
-    actor: ShortText | None = None
-    agent_id: AgentId | None = None
-    correlation_id: ShortText | None = None
-    causation_id: ShortText | None = None
+    actor: ShortText | None = Field(
+        default=None, description="set by the server from the credential (the API key, or "
+        "the service): refused from clients; memledger's own services may name whom they "
+        "act for (the query service: the key whose search it records)")
+    agent_id: AgentId | None = Field(default=None, description=CLEAR)
+    correlation_id: ShortText | None = Field(default=None, description=CLEAR)
+    causation_id: ShortText | None = Field(default=None, description=CLEAR)
     subject_id: ShortText | None = Field(
         default=None, description="the data subject whose personal data this carries (its "
         "key seals it; erasing the subject destroys the key); default: the subject of the "
-        "stream written to, else 'space:<space_id>'")
+        "stream written to, else 'space:<space_id>'. An opaque id, not a name or an address: "
+        "it stays in the clear, erasure included")
 
     @field_validator("*", mode="after")
     @classmethod
@@ -106,11 +114,16 @@ class CreateSpace(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces"
     command: Literal["create_space"] = "create_space"
     space_id: SpaceId
-    name: ShortText | None = None
-    description: Content | None = None
+    name: ShortText | None = Field(default=None, description=CLEAR)
+    description: Content | None = Field(default=None, description=CLEAR)
 
 
 class SetSpacePolicy(CommandBase):
+    """A new version of a space's policy: the fields named change, every other keeps its
+    value from the previous version (a map such as ``retention_days`` is replaced whole; null
+    clears an optional limit). ``retroactive`` describes this version only. Naming
+    ``legal_hold`` needs an admin key."""
+
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/policy"
     command: Literal["set_space_policy"] = "set_space_policy"
     space_id: SpaceId
@@ -145,15 +158,15 @@ class ArchiveSpace(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/archive"
     command: Literal["archive_space"] = "archive_space"
     space_id: SpaceId
-    reason: Reason | None = None
+    reason: Reason | None = Field(default=None, description=CLEAR)
 
 
 class RegisterAgent(CommandBase):
     http_path: ClassVar[str] = "/v1/agents"
     command: Literal["register_agent"] = "register_agent"
     agent_id: AgentId
-    name: ShortText | None = None
-    description: Content | None = None
+    name: ShortText | None = Field(default=None, description=CLEAR)
+    description: Content | None = Field(default=None, description=CLEAR)
 
 
 class StartSession(CommandBase):
@@ -195,7 +208,7 @@ class AssertMemory(CommandBase, ValidInterval):
     confidence: Unit = 1.0
     importance: Unit = 0.5
     tags: tuple[Tag, ...] = Field(default=(), max_length=32)
-    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32, description=CLEAR)
     layer: Layer | None = Field(default=None, description="default: 'session' with a "
                                 "session_id, else 'project'")
 
@@ -261,7 +274,8 @@ class ArchiveMemory(CommandBase):
     item_id: UUID
     reason: Reason
     policy_version: int | None = Field(default=None, ge=1, description="the space policy "
-                                       "version that decided it (the lifecycle scheduler)")
+                                       "version that decided it (sent by the lifecycle "
+                                       "scheduler only)")
 
 
 class PromoteMemory(CommandBase):
@@ -308,9 +322,9 @@ class UpsertEntity(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/entities"
     command: Literal["upsert_entity"] = "upsert_entity"
     space_id: SpaceId
-    entity_id: EntityRef
+    entity_id: EntityRef = Field(description=CLEAR)
     name: ShortText
-    type: ShortText
+    type: ShortText = Field(description=CLEAR)
     aliases: tuple[ShortText, ...] = Field(default=(), max_length=64)
 
 
@@ -320,7 +334,7 @@ class AssertRelation(CommandBase, ValidInterval):
     space_id: SpaceId
     relation_id: UUID | None = None
     source_entity: EntityRef
-    relation_type: ShortText
+    relation_type: ShortText = Field(description=CLEAR)
     target_entity: EntityRef
     confidence: Unit = 1.0
 
@@ -406,8 +420,8 @@ class RecordPreference(Learned):
     command: Literal["record_preference"] = "record_preference"
     space_id: SpaceId
     source_item_id: UUID
-    rule_id: ShortText
-    category: ShortText
+    rule_id: ShortText = Field(description=CLEAR)
+    category: ShortText = Field(description=CLEAR)
     value: Content
     confidence: Unit
 
@@ -415,12 +429,18 @@ class RecordPreference(Learned):
 class RecordRetrieval(CommandBase):
     """What a search or context call showed: sent by the query service when it audits a call
     (``audit=true``, or a space policy's ``audit_retrievals``), so an operator can later see
-    and replay exactly that. The event's space is the one space read, else the tenant's."""
+    and replay exactly that. The event's space is the one space read, else the tenant's.
+
+    Its query, subject filter and parameters are sealed under every data subject it touched:
+    ``subject_id``, the session's subject and the subjects of the memories it showed (erasing
+    any one of them erases them); if none, under ``space:<space>``."""
 
     http_path: ClassVar[str] = "/v1/retrievals"
     command: Literal["record_retrieval"] = "record_retrieval"
     retrieval_id: UUID
     operation: Literal["search", "context"]
+    session_id: UUID | None = Field(default=None, description="the session the call was made "
+                                    "in (its data subject's key seals the query)")
     query: Content | None = None
     subject: ShortText | None = None
     spaces: tuple[SpaceId, ...] = Field(default=(), max_length=1_024,
@@ -442,6 +462,29 @@ class EraseSubject(CommandBase):
     subject_id: ShortText
     key_ids: tuple[ShortText, ...] = Field(default=(), max_length=1_000)
     reason: Reason | None = None
+
+
+SERVICE_COMMANDS: dict[str, frozenset[str]] = {
+    "enricher": frozenset({"record_embedding", "record_entities", "record_preference"}),
+    "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge"}),
+    "query": frozenset({"record_retrieval"}),
+}
+"""What each of memledger's own services sends, on its own intake subject."""
+
+INTERNAL_COMMANDS = frozenset({"record_embedding", "record_entities", "record_preference",
+                               "record_retrieval", "suggest_merge"})
+"""Commands only memledger's own services send (what they learned, audited, or suggest by
+policy): no API key may send them, whatever its role."""
+
+
+def internal_part(command: CommandBase) -> str | None:
+    """The field that makes ``command`` one only memledger's own services may send
+    (``"command"``: the whole command), or ``None``."""
+    if type(command).model_fields["command"].default in INTERNAL_COMMANDS:
+        return "command"
+    if isinstance(command, ArchiveMemory) and command.policy_version is not None:
+        return "policy_version"  # archived by policy: the lifecycle scheduler's decision
+    return None
 
 
 COMMANDS: tuple[type[CommandBase], ...] = (

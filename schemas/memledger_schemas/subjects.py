@@ -2,7 +2,10 @@
 
 Subjects carry the tenant as a token so that NATS permissions can fence tenants:
 ``<prefix>.evt.<tenant>.<space>.<event_type>`` for events,
-``<prefix>.in.<tenant>.<command>`` for intake, ``<prefix>.dlq.<source>.<tenant>`` for dead letters.
+``<prefix>.in.<tenant>.<command>`` for a tenant's intake, ``<prefix>.dlq.<source>.<tenant>`` for
+dead letters. memledger's own services send their commands on
+``<prefix>.svc.<service>.<tenant>.<command>``: the service token is who sent it, so NATS
+permissions must let only that service's user publish there, and no tenant account import it.
 """
 
 from dataclasses import dataclass
@@ -54,6 +57,10 @@ class Subjects:
         return f"{self.prefix}.in.>"
 
     @property
+    def all_service_intake(self) -> str:
+        return f"{self.prefix}.svc.>"
+
+    @property
     def all_dead_letters(self) -> str:
         return f"{self.prefix}.dlq.>"
 
@@ -67,6 +74,9 @@ class Subjects:
     def intake(self, tenant: str, command: str) -> str:
         return f"{self.prefix}.in.{tenant}.{command}"
 
+    def service_intake(self, service: str, tenant: str, command: str) -> str:
+        return f"{self.prefix}.svc.{service}.{tenant}.{command}"
+
     def dead_letter(self, source: str, tenant: str) -> str:
         return f"{self.prefix}.dlq.{source}.{tenant}"
 
@@ -77,3 +87,11 @@ class Subjects:
             return None
         parts = subject[len(head):].split(".")
         return (parts[0], parts[1]) if len(parts) == 2 else None
+
+    def parse_service_intake(self, subject: str) -> tuple[str, str, str] | None:
+        """``(service, tenant, command)`` of a service's intake subject, or ``None``."""
+        head = f"{self.prefix}.svc."
+        if not subject.startswith(head):
+            return None
+        parts = subject[len(head):].split(".")
+        return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None

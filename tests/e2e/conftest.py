@@ -1,6 +1,7 @@
 """End-to-end: the real `memledger up` in its own process, used only through its public
 interfaces (CLI output, HTTP, NATS subjects)."""
 
+import json
 import os
 import re
 import signal
@@ -74,7 +75,20 @@ def start(home: Path, **env: str) -> Running:
     nats_url = re.search(r"nats\s+(nats://\S+)", text)
     assert url, text
     assert nats_url, text
-    return Running(proc, home, url.group(1), nats_url.group(1), output)
+    return Running(proc, home, url.group(1), with_password(nats_url.group(1), home), output)
+
+
+def with_password(nats_url: str, home: Path) -> str:
+    """The banner's NATS URL (its password masked) with the password kept in the home."""
+    user = re.match(r"nats://(\w+):\*\*\*@", nats_url)
+    assert user, nats_url
+    password = nats_passwords(home)[user.group(1)]
+    return nats_url.replace(":***@", f":{password}@")
+
+
+def nats_passwords(home: Path) -> dict[str, str]:
+    passwords: dict[str, str] = json.loads((home / "nats" / "passwords.json").read_text())
+    return passwords
 
 
 @pytest.fixture

@@ -41,10 +41,12 @@ def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running) 
     _write_fact(memledger.url, "Penguins live in the southern hemisphere")
 
     def found() -> None:
-        answer = httpx.post(f"{memledger.url}/v1/search", json={
+        response = httpx.post(f"{memledger.url}/v1/search", json={
             "query": "deadline for submitting the financial summary", "mode": "execution",
             "weights": {"dense": 1.0, "keyword": 0.0}, "threshold": 0.3,
-            "min_position": written["position"]}, timeout=10).json()
+            "min_position": written["position"]}, timeout=10)
+        assert response.status_code == 200, response.text  # 503 until projected: retried
+        answer = response.json()
         assert [h["content"] for h in answer["results"]] == [
             "The quarterly report is due on Friday"]
 

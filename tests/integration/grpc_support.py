@@ -70,7 +70,7 @@ async def both_apis(dsn: str, store: PostgresEventStore, base: str,
         Projector(lambda: tune(psycopg.connect(dsn, autocommit=True)), js, subjects,
                   schema.Names(base), batch=200).run(stop),
         query.vectors.run(js, stop))]
-    writes = grpc_server.tenant_resolver(Gate(None, "default"), "write")
+    writes = grpc_server.principal_resolver(Gate(None, "default"), "write")
     server, address = await grpc_server.start(
         [ingest_grpc.registrar(writer, writes), query.grpc], "127.0.0.1", 0, fallback=0,
         setting="MEMLEDGER_GRPC_PORT")

@@ -104,10 +104,10 @@ def changes_positions(conn: psycopg.Connection[Any], schema_name: str) -> list[i
     return [int(r[0]) for r in conn.execute(query).fetchall()]
 
 
-async def write(writer: GroupCommitWriter, *commands: CommandBase, tenant: str = TENANT
-                ) -> CommandResult:
-    """Commit ``commands`` as one submission; return the last one's result."""
-    return (await writer.submit(tenant, list(commands)))[-1]
+async def write(writer: GroupCommitWriter, *commands: CommandBase, tenant: str = TENANT,
+                actor: str = "api") -> CommandResult:
+    """Commit ``commands`` as one submission sent by ``actor``; return the last one's result."""
+    return (await writer.submit(tenant, list(commands), actor=actor))[-1]
 
 
 class CountingReader(Reader):

@@ -48,6 +48,8 @@ class Pipeline:
     app: Any
     ingest_app: Any
     reader: Reader
+    semantic: Semantic | None = None
+    """Search and context (for a gRPC server over the same pipeline)."""
 
     def client(self, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
         """A client of the query app as ``tenant`` (header) and/or with an API ``key``."""
@@ -92,8 +94,10 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
     pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
         dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
     index = QdrantEdgeVectorIndex(vectors_dir, embedder.dims)
-    client = IntakeClient(nc, js, subjects, timeout_seconds=20)
+    client, audits = (IntakeClient(nc, js, subjects, service, timeout_seconds=20)
+                      for service in ("enricher", "query"))
     await client.start()
+    await audits.start()
     enricher = Enricher(js, subjects, embedder, client, batch=16, opener=Opener(keyring))
 
     def erased(tenant: str, subject: str, position: int, points: int) -> None:
@@ -104,7 +108,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                               opener=Opener(keyring), on_erased=erased)
     reader = Reader(pool, names)
     app = create_app(reader, store, "default", gate, Opener(keyring))
-    semantic = Semantic(index, embedder, vectors, reader, recorder=IntakeRecorder(client))
+    semantic = Semantic(index, embedder, vectors, reader, recorder=IntakeRecorder(audits))
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
     ingest_app = create_ingest_app(writer, _no_health, "default", gate)
@@ -116,10 +120,11 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                   batch=200, opener=Opener(keyring)).run(stop),
         enricher.run(stop), vectors.run(js, stop))]
     try:
-        yield Pipeline(writer, enricher, vectors, index, app, ingest_app, reader)
+        yield Pipeline(writer, enricher, vectors, index, app, ingest_app, reader, semantic)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
         await client.close()
+        await audits.close()
         index.close()
         pool.close()

@@ -60,7 +60,7 @@ async def _moves(writer: GroupCommitWriter) -> tuple[int, int]:
         triple=_lives_in("Paris"), valid_from=Y2020))
     berlin = await write(writer, c.AssertMemory(
         space_id=SPACE, item_id=BERLIN, kind="fact", content="Ada lives in Berlin",
-        triple=_lives_in("berlin"), valid_from=Y2024, actor="ada"))
+        triple=_lives_in("berlin"), valid_from=Y2024), actor="key:ada")
     assert berlin.ids == {"item_id": str(BERLIN), "superseded": str(PARIS)}
     return paris.position, berlin.position
 

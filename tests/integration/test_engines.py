@@ -182,7 +182,9 @@ def test_postgres_starts_accepts_queries_and_keeps_data_across_restarts(tmp_path
     try:
         endpoint = pg.start()
         assert endpoint.host == "127.0.0.1"
-        assert endpoint.dsn == f"postgresql://postgres@127.0.0.1:{endpoint.port}/ledger"
+        assert endpoint.public_dsn == f"postgresql://postgres@127.0.0.1:{endpoint.port}/ledger"
+        assert endpoint.dsn == (f"postgresql://postgres:{endpoint.password}@127.0.0.1:"
+                                f"{endpoint.port}/ledger")
         assert pg.start() == endpoint, "start() while running returns the same endpoint"
         with psycopg.connect(endpoint.dsn, autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -282,7 +284,9 @@ def test_nats_starts_with_jetstream_and_keeps_stream_messages_across_restarts(
     payload = b"m" * (2 * 1024 * 1024)  # above NATS's 1 MB default, within our 8 MB limit
     try:
         url = server.start()
-        assert url.startswith("nats://127.0.0.1:")
+        assert url.startswith("nats://admin:")
+        assert url == server.url("admin")
+        assert (server.address or "").startswith("nats://127.0.0.1:")
         seq = asyncio.run(_publish(url, payload))
         assert asyncio.run(_read(url, seq)) == payload
         server.stop()

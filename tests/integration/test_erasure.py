@@ -17,7 +17,6 @@ import psycopg
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
@@ -35,6 +34,7 @@ from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_projector import rebuild, schema
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
+from tests.integration.erasure_support import stream_hits
 from tests.integration.ingest_support import running
 from tests.integration.semantic_support import Pipeline, pipeline
 
@@ -125,25 +125,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-async def _stream_hits(js: JetStreamContext, subjects: Subjects, needles: tuple[str, ...]
-                       ) -> list[str]:
-    # Read by sequence: it works for every retention (the intake stream is a work queue).
-    hits = []
-    for stream in (subjects.events_stream, subjects.intake_stream,
-                   subjects.dead_letter_stream):
-        state = (await js.stream_info(stream)).state
-        if not state.messages:
-            continue
-        for seq in range(max(1, state.first_seq), state.last_seq + 1):
-            try:
-                msg = await js.get_msg(stream, seq)
-            except NotFoundError:
-                continue  # deleted (a work queue's consumed message)
-            text = (msg.data or b"").decode("utf-8", errors="ignore") + str(msg.headers)
-            hits += [f"{stream}#{seq}: {n}" for n in needles if n in text]
-    return hits
-
-
 def _disk_hits(directory: Path, needles: tuple[str, ...]) -> list[str]:
     hits = []
     for path in directory.rglob("*"):
@@ -168,7 +149,7 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
         log_text = " ".join(_text(r[0]) for r in conn.execute(sql.SQL(
             "SELECT state FROM {}.memledger_events").format(sql.Identifier(pg_schema))))
     assert not [n for n in ADA if n in log_text], "personal data reached the event store"
-    assert not await _stream_hits(nats_js[1], subjects, ADA)
+    assert not await stream_hits(nats_js[1], subjects, ADA)
 
     receipt = await Erasure(event_store, keyring, writer).erase("acme", "u7", "asked to")
     assert receipt["keys_destroyed"]
@@ -187,7 +168,7 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
 
     p.index.close()  # flushed, so the files on disk are what is kept
     assert _pg_hits(engines.postgres_dsn, ADA) == []
-    assert await _stream_hits(nats_js[1], subjects, ADA) == []
+    assert await stream_hits(nats_js[1], subjects, ADA) == []
     assert _disk_hits(tmp_path / "vectors", ADA) == []
     assert any(BOB in h for h in _pg_hits(engines.postgres_dsn, (BOB,)))
 

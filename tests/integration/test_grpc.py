@@ -21,7 +21,7 @@ from memledger_ingest import grpc_api as ingest_grpc
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform import grpc_server
-from memledger_platform.auth import Denied
+from memledger_platform.auth import Denied, Principal
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc
@@ -319,10 +319,10 @@ async def test_replay_exports_the_callers_events_in_order_like_the_cli(
 
 async def test_the_injected_tenant_check_sees_the_callers_credential(
         writer: GroupCommitWriter, event_store: PostgresEventStore) -> None:
-    def by_token(authorization: str | None, tenant_header: str | None) -> str:
+    def by_token(authorization: str | None, tenant_header: str | None) -> Principal:
         if authorization != "Bearer globex-secret":
             raise Denied(401, "unauthenticated", "unknown token", "header.Authorization")
-        return "globex"
+        return Principal("globex", "write")
 
     server, address = await grpc_server.start(
         [ingest_grpc.registrar(writer, by_token)], "127.0.0.1", 0, fallback=0,

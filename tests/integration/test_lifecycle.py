@@ -52,7 +52,7 @@ async def _until(check: Any, seconds: float = 30.0) -> Any:
 async def _scheduled(nats_js: Nats, subjects: Subjects, clock: FixedClock
                      ) -> AsyncGenerator[Scheduler, None]:
     nc, js = nats_js
-    intake = IntakeClient(nc, js, subjects, timeout_seconds=20)
+    intake = IntakeClient(nc, js, subjects, "lifecycle", timeout_seconds=20)
     await intake.start()
     scheduler = Scheduler(js, subjects, intake, interval_seconds=3600, clock=clock)
     stop = asyncio.Event()

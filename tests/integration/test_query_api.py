@@ -56,10 +56,10 @@ async def revised(writer: GroupCommitWriter, side: ReadSide) -> tuple[int, int]:
     await write(writer, c.CreateSpace(space_id=SPACE))
     asserted = await write(writer, c.AssertMemory(
         space_id=SPACE, item_id=ITEM, kind="fact", content="blue", valid_from=Y2020,
-        tags=("sky",), actor="alice"))
+        tags=("sky",)), actor="key:alice")
     changed = await write(writer, c.ReviseMemory(
-        space_id=SPACE, item_id=ITEM, content="green", valid_from=Y2024, reason="repainted",
-        actor="bob"))
+        space_id=SPACE, item_id=ITEM, content="green", valid_from=Y2024, reason="repainted"),
+        actor="key:bob")
     side.project()
     return asserted.position, changed.position
 
@@ -247,32 +247,34 @@ async def test_history_shows_every_change_with_who_and_why_and_every_rectangle(
         api: httpx.AsyncClient, writer: GroupCommitWriter, side: ReadSide) -> None:
     await write(writer, c.CreateSpace(space_id=SPACE))
     p1 = (await write(writer, c.AssertMemory(space_id=SPACE, item_id=ITEM, kind="fact",
-                                             content="A", valid_from=Y2020, actor="alice"))
-          ).position
+                                             content="A", valid_from=Y2020),
+                      actor="key:alice")).position
     p2 = (await write(writer, c.ReviseMemory(space_id=SPACE, item_id=ITEM, content="B",
                                              valid_from=Y2022, valid_to=Y2023,
-                                             reason="correction", actor="bob"))).position
+                                             reason="correction"),
+                      actor="key:bob")).position
     p3 = (await write(writer, c.RetractMemory(space_id=SPACE, item_id=ITEM, valid_until=Y2024,
-                                              reason="moved away", agent_id="scout"))).position
+                                              reason="moved away"),
+                      actor="memledger:lifecycle")).position
     side.project()
 
     body = await _ok(api, f"{ITEM_PATH}/history")
 
     changes = [(ch["position"], ch["event_type"], ch["actor"], ch["reason"])
                for ch in body["changes"]]
-    assert changes == [(p1, "memory.asserted", "alice", None),
-                       (p2, "memory.revised", "bob", "correction"),
-                       (p3, "memory.retracted", "agent:scout", "moved away")]
+    assert changes == [(p1, "memory.asserted", "key:alice", None),
+                       (p2, "memory.revised", "key:bob", "correction"),
+                       (p3, "memory.retracted", "memledger:lifecycle", "moved away")]
     assert [ch["recorded_at"] for ch in body["changes"]] == [
         _iso(_recorded_at(side, p)) for p in (p1, p2, p3)]
     rectangles = [(r["valid_from"][:4], r["valid_to"] and r["valid_to"][:4],
                    r["attrs"]["content"], r["sys_from"], r["sys_to"], r["actor"])
                   for r in body["versions"]]
-    assert rectangles == [("2020", None, "A", p1, p2, "alice"),
-                          ("2020", "2022", "A", p2, None, "bob"),
-                          ("2022", "2023", "B", p2, None, "bob"),
-                          ("2023", None, "A", p2, p3, "bob"),
-                          ("2023", "2024", "A", p3, None, "agent:scout")]
+    assert rectangles == [("2020", None, "A", p1, p2, "key:alice"),
+                          ("2020", "2022", "A", p2, None, "key:bob"),
+                          ("2022", "2023", "B", p2, None, "key:bob"),
+                          ("2023", None, "A", p2, p3, "key:bob"),
+                          ("2023", "2024", "A", p3, None, "memledger:lifecycle")]
     assert body["basis"]["position"] == p3
     earlier = await _ok(api, f"{ITEM_PATH}/history", as_of_position=p2)
     assert [ch["position"] for ch in earlier["changes"]] == [p1, p2]

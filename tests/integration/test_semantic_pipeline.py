@@ -234,7 +234,7 @@ async def test_enrichment_seen_again_records_nothing_twice(
     assert await until(settled)
     # A second enricher (another consumer: as after a lost checkpoint) sees every event again.
     nc, js = nats_js
-    client = IntakeClient(nc, js, subjects)
+    client = IntakeClient(nc, js, subjects, "enricher")
     await client.start()
     again = Enricher(js, subjects, embedder, client, durable="enricher-again")
     stop = asyncio.Event()

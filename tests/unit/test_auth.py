@@ -4,39 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memledger_platform.auth import Denied, Gate, KeyRecord, KeyStore, Principal, issue, require
+from memledger_platform.auth import Denied, Gate, MemoryKeyStore, Principal, issue, require
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
-
-
-class MemoryKeyStore(KeyStore):
-    def __init__(self) -> None:
-        self.tenants: set[str] = set()
-        self.records: dict[str, KeyRecord] = {}
-
-    def find(self, key_id: str) -> KeyRecord | None:
-        return self.records.get(key_id)
-
-    def create_tenant(self, tenant: str) -> bool:
-        new = tenant not in self.tenants
-        self.tenants.add(tenant)
-        return new
-
-    def tenant_exists(self, tenant: str) -> bool:
-        return tenant in self.tenants
-
-    def add(self, record: KeyRecord) -> None:
-        self.records[record.key_id] = record
-
-    def revoke(self, key_id: str, at: datetime) -> bool:
-        record = self.records.get(key_id)
-        if record is None or record.revoked_at is not None:
-            return False
-        self.records[key_id] = KeyRecord(**{**record.__dict__, "revoked_at": at})
-        return True
-
-    def keys(self, tenant: str) -> list[KeyRecord]:
-        return [r for r in self.records.values() if r.tenant == tenant]
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from memledger_client import (
     Unreachable,
 )
 from memledger_client.retry import retry_after
-from memledger_schemas.commands import AssertMemory, CreateSpace, UpsertEntity
+from memledger_schemas.commands import AssertMemory, CreateSpace, SetSpacePolicy, UpsertEntity
 
 ITEM = "0190a000-0000-7000-8000-00000000a11c"
 Reply = httpx.Response | Exception
@@ -117,6 +117,20 @@ def test_a_retried_write_reuses_its_idempotency_key_and_the_next_call_gets_a_new
     assert keys[0] == keys[1] == keys[2]
     assert keys[3] != keys[0]
     assert server.delays == [0.1, 0.2]
+
+
+def test_a_policy_update_sends_only_the_fields_it_names_so_the_rest_are_kept() -> None:
+    server = Server(written(2, "set_space_policy"), httpx.Response(201, json={
+        "position": 3, "results": [written(3, "set_space_policy").json()]}))
+    with server.client() as client:
+        client.send(SetSpacePolicy(space_id="demo", audit_retrievals=True, max_items=None))
+        client.batch([SetSpacePolicy(space_id="demo", forget_below=0.2)])
+    single, batch = server.bodies()
+    assert single.keys() == {"command", "space_id", "audit_retrievals", "max_items",
+                             "idempotency_key"}
+    assert single["max_items"] is None  # named: cleared
+    assert batch["commands"][0].keys() == {"command", "space_id", "forget_below",
+                                           "idempotency_key"}
 
 
 def test_an_idempotency_key_given_by_the_caller_is_kept() -> None:
@@ -331,3 +345,19 @@ def test_a_url_no_attempt_can_reach_is_unreachable_at_once() -> None:
             pytest.raises(Unreachable, match=r"ftp://memledger\.test"):
         client.health()
     assert delays == []
+
+
+def test_listings_page_with_the_cursor_they_were_given() -> None:
+    page = {"basis": BASIS, "spaces": [], "next_cursor": None}
+    agents = {"basis": BASIS, "agents": [], "next_cursor": None}
+    server = Server(httpx.Response(200, json=page), httpx.Response(200, json=agents),
+                    httpx.Response(200, json={"receipts": []}))
+    with server.client(read_your_writes=False) as client:
+        assert client.spaces(limit=2, after="beta", status="active").next_cursor is None
+        client.agents(as_of_position=7)
+        client.erasures(limit=5)
+    spaces, listed_agents, erasures = (r.url for r in server.requests)
+    assert (spaces.path, dict(spaces.params)) == (
+        "/v1/spaces", {"status": "active", "limit": "2", "after": "beta"})
+    assert dict(listed_agents.params) == {"as_of_position": "7", "limit": "100"}
+    assert (erasures.path, dict(erasures.params)) == ("/v1/erasures", {"limit": "5"})

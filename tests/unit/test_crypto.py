@@ -57,7 +57,7 @@ def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> Non
 @pytest.mark.parametrize("event_type", sorted(PERSONAL))
 def test_every_personal_field_has_a_placeholder_of_a_readable_shape(event_type: str) -> None:
     for placeholder in PERSONAL[event_type].values():
-        assert placeholder is None or isinstance(placeholder, (str, list))
+        assert placeholder is None or isinstance(placeholder, (str, list, dict))
 
 
 def test_a_sealed_value_cannot_be_moved_to_another_event() -> None:

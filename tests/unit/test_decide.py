@@ -563,6 +563,50 @@ def test_folding_policy_events_counts_the_policy_version_that_decide_increments(
     assert decision.ids["policy_version"] == "4"
 
 
+def _policy_after(*updates: c.SetSpacePolicy) -> e.SpacePolicySet:
+    """The policy each update leaves, decided on the state the previous one's event left (as
+    the writer folds it, and a replay)."""
+    state = evolve(None, "space.created", SPACE)
+    policies: list[e.SpacePolicySet] = []
+    for update in updates:
+        (payload,) = decide(update, CTX, lookup_in({_space(SPACE): state})).events
+        assert isinstance(payload, e.SpacePolicySet)
+        policies.append(payload)
+        state = evolve(state, "space.policy_set", SPACE,
+                       payload=payload.model_dump(mode="json"))
+    return policies[-1]
+
+
+def test_a_policy_update_changes_only_the_fields_it_names() -> None:
+    policy = _policy_after(
+        c.SetSpacePolicy(space_id=SPACE, legal_hold=True, max_items=50,
+                         retention_days={"fact": 30}, cardinality={"lives_in": "single"}),
+        c.SetSpacePolicy(space_id=SPACE, audit_retrievals=True, max_items=None))
+
+    assert policy.policy_version == 2
+    assert (policy.legal_hold, policy.retention_days, policy.cardinality) == (
+        True, {"fact": 30}, {"lives_in": "single"})
+    assert (policy.audit_retrievals, policy.max_items) == (True, None)
+
+
+def test_retroactive_describes_one_update_and_is_not_carried_to_the_next() -> None:
+    policy = _policy_after(c.SetSpacePolicy(space_id=SPACE, max_items=5, retroactive=True),
+                           c.SetSpacePolicy(space_id=SPACE, forget_below=0.1))
+    assert (policy.retroactive, policy.max_items, policy.forget_below) == (False, 5, 0.1)
+
+
+def test_a_policy_update_on_a_policy_folded_from_a_first_version_event_keeps_its_hold() -> None:
+    state = evolve(evolve(None, "space.created", SPACE), "space.policy_set", SPACE,
+                   payload={"policy_version": 1, "legal_hold": True, "max_items": 3})
+
+    (payload,) = decide(c.SetSpacePolicy(space_id=SPACE, consolidation="suggest"), CTX,
+                        lookup_in({_space(SPACE): state})).events
+
+    assert isinstance(payload, e.SpacePolicySet)
+    assert (payload.legal_hold, payload.max_items, payload.consolidation) == (
+        True, 3, "suggest")
+
+
 def test_folding_events_tracks_status_and_keeps_it_for_events_that_do_not_change_it() -> None:
     state = evolve(None, "memory.asserted", SPACE)
     state = evolve(state, "memory.embedded", SPACE)

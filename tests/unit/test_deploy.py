@@ -23,6 +23,7 @@ from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.settings import ENV_PREFIX, Settings, load_settings
 from memledger_projector.consumer import DURABLE as PROJECTOR_DURABLE
 from memledger_projector.vector_consumer import DURABLE as VECTORS_DURABLE
+from memledger_schemas.commands import SERVICE_COMMANDS
 from memledger_schemas.subjects import Subjects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,6 +282,22 @@ def test_only_the_relay_may_publish_events() -> None:
                   if '"memledger.evt.>"' in block]
     assert len(publishers) == 1
     assert "user: relay" in publishers[0]
+
+
+def test_each_service_publishes_only_its_own_commands_under_its_own_intake_token() -> None:
+    accounts = (DEPLOY / "nats" / "accounts.conf").read_text()
+    users, _, fences = accounts.partition("exports: [")
+    allowed: dict[str, set[str]] = {}
+    for block in re.split(r"\n      \{\n", users):
+        user = re.search(r"user: (\w+)", block)
+        for service, command in re.findall(r'"memledger\.svc\.([^."]+)\.\*\.(\w+)"', block):
+            assert user is not None, block
+            assert service == user.group(1), block
+            allowed.setdefault(service, set()).add(command)
+    assert allowed == {s: set(names) for s, names in SERVICE_COMMANDS.items()}
+    assert "memledger.svc" not in fences  # no tenant account reaches a service's subject
+    assert '"memledger.svc.>"' not in accounts
+    assert '"memledger.in.>"' not in users
 
 
 def _nats_env(**extra: str) -> dict[str, str]:

@@ -303,6 +303,17 @@ def test_parse_intake_refuses_a_subject_that_is_not_an_intake_subject(subject: s
     assert Subjects().parse_intake(subject) is None
 
 
+@pytest.mark.parametrize("prefix", ["memledger", "my-app"])
+def test_a_service_intake_subject_parses_back_and_is_never_a_tenants(prefix: str) -> None:
+    subjects = Subjects(prefix)
+    subject = subjects.service_intake("enricher", "acme", "record_embedding")
+
+    assert subjects.parse_service_intake(subject) == ("enricher", "acme", "record_embedding")
+    assert subjects.parse_intake(subject) is None
+    assert subjects.parse_service_intake(subjects.intake("acme", "create_space")) is None
+    assert subjects.parse_service_intake(f"{subject}.extra") is None
+
+
 def test_stream_names_are_derived_from_the_prefix() -> None:
     subjects = Subjects("my-app")
 

@@ -144,12 +144,13 @@ async def test_every_event_the_writer_stores_is_a_valid_envelope_carrying_the_co
     await writer.submit(TENANT, [memory(session_id=session, valid_from=start, valid_to=end,
                                         agent_id="scribe", idempotency_key="k-1",
                                         correlation_id="corr", causation_id="cause")],
+                        actor="key:k1",
                         traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
     envelope = store.read_all(2, 1)[0].envelope()
     assert (envelope.session_id, envelope.valid_from, envelope.valid_to) == (session, start, end)
     assert (envelope.agent_id, envelope.actor, envelope.idempotency_key) == (
-        "scribe", "agent:scribe", "k-1")
+        "scribe", "key:k1", "k-1")
     assert (envelope.correlation_id, envelope.causation_id) == ("corr", "cause")
     assert envelope.traceparent is not None
     assert envelope.stream_version == 1
@@ -180,13 +181,42 @@ async def test_a_later_command_of_a_batch_sees_the_effect_of_an_earlier_one(
         ("space.created", "fresh"), ("memory.asserted", "fresh")]
 
 
-async def test_an_agent_id_becomes_the_actor_when_no_actor_is_given(
+async def test_the_actor_is_who_submitted_never_what_the_command_says(
         writer: GroupCommitWriter, store: InMemoryEventStore) -> None:
-    await writer.submit(TENANT, [space("notes", agent_id="scribe")])
-    await writer.submit(TENANT, [space("other", agent_id="scribe", actor="alice")])
+    await writer.submit(TENANT, [space("notes", agent_id="scribe")], actor="key:k1")
+    await writer.submit(TENANT, [space("other", actor="memledger:lifecycle")], actor="key:k2")
 
-    actors = [e.envelope().actor for e in store.read_all(0, 10)]
-    assert actors == ["agent:scribe", "alice"]
+    envelopes = [e.envelope() for e in store.read_all(0, 10)]
+    assert [(e.actor, e.agent_id) for e in envelopes] == [("key:k1", "scribe"),
+                                                           ("key:k2", None)]
+
+
+async def test_a_policy_update_keeps_what_an_earlier_writer_set_and_it_did_not_name(
+        store: InMemoryEventStore) -> None:
+    with running(store) as first:
+        await first.submit(TENANT, [space("notes"), c.SetSpacePolicy(
+            space_id="notes", legal_hold=True, max_items=7)])
+    with running(store) as second:  # nothing cached: the state is folded from the store
+        await second.submit(TENANT, [c.SetSpacePolicy(space_id="notes", max_items=8)])
+        await second.submit(TENANT, [c.SetSpacePolicy(space_id="notes",
+                                                      audit_retrievals=True)])
+
+    policies = [e.envelope().payload for e in store.read_all(0, 10)
+                if e.event_type == "space.policy_set"]
+    assert [(p["legal_hold"], p["max_items"], p["audit_retrievals"]) for p in policies] == [
+        (True, 7, False), (True, 8, False), (True, 8, True)]
+
+
+async def test_one_key_for_a_policy_update_naming_a_field_and_one_leaving_it_out_is_refused(
+        writer: GroupCommitWriter) -> None:
+    await writer.submit(TENANT, [space("notes")])
+    await writer.submit(TENANT, [c.SetSpacePolicy(space_id="notes", idempotency_key="p")])
+
+    with pytest.raises(Rejected) as refused:
+        await writer.submit(TENANT, [c.SetSpacePolicy(space_id="notes", legal_hold=False,
+                                                      idempotency_key="p")])
+    assert isinstance(refused.value.error, Invalid)
+    assert refused.value.error.field == "idempotency_key"
 
 
 async def test_the_commit_callback_hears_the_highest_committed_position(

@@ -7,70 +7,130 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import psutil
 
 from memledger_ingest.bootstrap import Endpoints
-from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres, parent_death_preexec
+from memledger_platform.engines import (
+    NATS_ADMIN,
+    EmbeddedNats,
+    EmbeddedPostgres,
+    make_private,
+    parent_death_preexec,
+    stored_password,
+    stored_passwords,
+    user_url,
+)
+from memledger_platform.engines.credentials import write_private
+from memledger_platform.nats_permissions import embedded_users
 from memledger_platform.settings import Settings
 
 log = logging.getLogger(__name__)
 
 RUNTIME_FILE = "runtime.json"
-"""Where a running ``memledger up`` tells operator commands how to reach its engines."""
+"""Where a running ``memledger up`` tells operator commands how to reach its engines (the
+addresses only: the passwords stay in the engines' own files)."""
+
+
+@dataclass(frozen=True)
+class Engines:
+    """Where the engines are, and how each user logs in to NATS."""
+
+    postgres_dsn: str
+    """With the password."""
+    nats_address: str
+    """Embedded: ``nats://127.0.0.1:<port>``; distributed: the settings' URL, as given."""
+    nats_passwords: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Embedded: each NATS user's password; distributed: none (one URL for every user)."""
+
+    def nats_url(self, user: str) -> str:
+        """The URL ``user`` connects with (its name and password in it)."""
+        password = self.nats_passwords.get(user)
+        return self.nats_address if password is None else user_url(
+            self.nats_address, user, password)
+
+    def endpoints(self, nats_user: str) -> Endpoints:
+        """PostgreSQL, and NATS as ``nats_user``."""
+        return Endpoints(self.postgres_dsn, self.nats_url(nats_user))
 
 
 @contextmanager
-def engines(settings: Settings) -> Iterator[Endpoints]:
+def engines(settings: Settings) -> Iterator[Engines]:
     """Start (or, in distributed mode, just name) the engines; stop what was started."""
     if settings.mode == "distributed":
-        yield Endpoints(settings.postgres_dsn or "", settings.nats_url or "")
+        yield Engines(settings.postgres_dsn or "", settings.nats_url or "")
         return
-    home = settings.home.expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    home = private_home(settings)
     postgres = EmbeddedPostgres(home / "postgres", port=settings.postgres_port,
                                 port_setting="MEMLEDGER_POSTGRES_PORT")
-    nats = EmbeddedNats(home, port=settings.nats_port,
-                        port_setting="MEMLEDGER_NATS_PORT")
+    nats = EmbeddedNats(home, port=settings.nats_port, port_setting="MEMLEDGER_NATS_PORT",
+                        users=embedded_users(settings.subjects))
     runtime = home / RUNTIME_FILE
     try:
-        dsn = postgres.start().dsn
-        url = nats.start()
-        runtime.write_text(json.dumps({"pid": os.getpid(), "postgres_dsn": dsn,
-                                       "nats_url": url}))
-        yield Endpoints(dsn, url)
+        postgres_endpoint = postgres.start()
+        nats.start()
+        nats_address = nats.address or ""
+        write_private(runtime, json.dumps({"pid": os.getpid(),
+                                           "postgres_dsn": postgres_endpoint.public_dsn,
+                                           "nats_url": nats_address}))
+        yield Engines(postgres_endpoint.dsn, nats_address, stored_passwords(home))
     finally:
         runtime.unlink(missing_ok=True)
         nats.stop()
         postgres.stop()
 
 
+def private_home(settings: Settings) -> Path:
+    """The data directory, made (or made again) its owner's only, as is everything this process
+    and its children write from now on: it holds plaintext, keys and the engines' passwords."""
+    os.umask(0o077)
+    home = settings.home.expanduser().resolve()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private(home)
+    return home
+
+
 @contextmanager
-def attach(settings: Settings) -> Iterator[Endpoints]:
+def attach(settings: Settings, nats_user: str = NATS_ADMIN) -> Iterator[Endpoints]:
     """The engines of a running ``memledger up`` (from ``$MEMLEDGER_HOME/runtime.json``), or,
-    if none runs, embedded engines started for the duration: what operator commands use."""
+    if none runs, embedded engines started for the duration, with NATS as ``nats_user``: what
+    operator commands use."""
     if settings.mode == "distributed":
         yield Endpoints(settings.postgres_dsn or "", settings.nats_url or "")
         return
-    running = _running(settings.home.expanduser().resolve() / RUNTIME_FILE)
-    if running is not None:
-        yield running
+    found = running(settings)
+    if found is not None:
+        yield found.endpoints(nats_user)
         return
     with engines(settings) as started:
-        yield started
+        yield started.endpoints(nats_user)
 
 
-def _running(runtime: Path) -> Endpoints | None:
+def running(settings: Settings) -> Engines | None:
+    """The engines of the ``memledger up`` running on the settings' home, if one is."""
+    home = settings.home.expanduser().resolve()
     try:
-        info = json.loads(runtime.read_text())
-    except (OSError, ValueError):
+        info = json.loads((home / RUNTIME_FILE).read_text())
+        if not psutil.pid_exists(int(info["pid"])):
+            return None
+        return with_credentials(home, str(info["postgres_dsn"]), str(info["nats_url"]))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not psutil.pid_exists(int(info.get("pid", 0))):
-        return None
-    return Endpoints(info["postgres_dsn"], info["nats_url"])
+
+
+def with_credentials(home: Path, postgres_dsn: str, nats_address: str) -> Engines:
+    """The engines at these addresses, with the passwords kept under ``home``."""
+    password = stored_password(home / "postgres")
+    if password is not None:
+        parts = urlsplit(postgres_dsn)
+        postgres_dsn = parts._replace(netloc=f"{parts.username}:{quote(password, safe='')}@"
+                                             f"{parts.hostname}:{parts.port}").geturl()
+    return Engines(postgres_dsn, nats_address, stored_passwords(home))
 
 
 async def supervise(name: str, argv: list[str], env: dict[str, str], stop: asyncio.Event

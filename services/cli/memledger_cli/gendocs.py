@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from memledger_platform.crypto import PERSONAL
 from memledger_platform.settings import ENV_PREFIX, Settings
 from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.events import CURRENT, HISTORIC, Payload
@@ -37,8 +38,10 @@ def pages() -> dict[str, str]:
 def events_page() -> str:
     lines = [_GENERATED, "", "# Event catalogue", "",
              "Every event is one envelope (below) around a payload of its type and version. "
-             "`?` marks an optional field. A published version never changes: a change is a "
-             "new version with an upcaster in `memledger_schemas/upcasting.py` (older stored "
+             "`?` marks an optional field, `*` a field sealed under its data subject's key "
+             "(stored and published as `ml-enc:v1:…`, opened by every reader). A published "
+             "version never changes: a change is a new version with an upcaster in "
+             "`memledger_schemas/upcasting.py` (older stored "
              "payloads are lifted on read) and a JSON Schema snapshot in "
              "`schemas/json/<event_type>.v<N>.json`.", "", "## The envelope", "",
              "| field | type |", "|---|---|"]
@@ -54,7 +57,8 @@ def events_page() -> str:
 
 
 def _event_row(model: type[Payload]) -> str:
-    fields = ", ".join(f"{name}{'' if info.is_required() else '?'}"
+    sealed = PERSONAL.get(model.event_type, {})
+    fields = ", ".join(f"{name}{'' if info.is_required() else '?'}{'*' if name in sealed else ''}"
                        for name, info in _fields(model))
     return (f"| `{model.event_type}` | v{model.schema_version} | {fields or '(none)'} | "
             f"{_summary(model)} |")

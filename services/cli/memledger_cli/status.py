@@ -9,7 +9,8 @@
   unacknowledged counts and, on the events stream, the position it has acknowledged up to;
 - **dead letters**: messages in the dead-letter stream, per subject (source and tenant).
 
-It reads only; it attaches to a running ``memledger up`` (``$MEMLEDGER_HOME/runtime.json``) or,
+It reads only (as the NATS user ``operator``); it attaches to a running ``memledger up``
+(``$MEMLEDGER_HOME/runtime.json``, and the passwords beside the engines' data) or,
 in distributed mode, to ``MEMLEDGER_POSTGRES_DSN`` and ``MEMLEDGER_NATS_URL``. It never starts
 engines: a status of engines it started itself would say nothing.
 """
@@ -20,21 +21,20 @@ import json
 import re
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import nats
-import psutil
 import psycopg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerInfo
 from nats.js.errors import NotFoundError
 from psycopg import sql
 
-from memledger_cli.embedded import RUNTIME_FILE
+from memledger_cli.embedded import RUNTIME_FILE, running
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.relay import stream_cursor
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
+from memledger_platform.nats_permissions import OPERATOR
 from memledger_platform.settings import Settings
 from memledger_projector import schema
 from memledger_projector.store import read_checkpoint
@@ -144,17 +144,8 @@ def locate(settings: Settings) -> Endpoints | None:
     """The engines to read: from settings (distributed), or those of a running ``up``."""
     if settings.mode == "distributed":
         return Endpoints(settings.postgres_dsn or "", settings.nats_url or "")
-    runtime = settings.home.expanduser().resolve() / RUNTIME_FILE
-    return _running(runtime)
-
-
-def _running(runtime: Path) -> Endpoints | None:
-    try:
-        info = json.loads(runtime.read_text())
-        alive = psutil.pid_exists(int(info["pid"]))
-        return Endpoints(info["postgres_dsn"], info["nats_url"]) if alive else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    found = running(settings)
+    return None if found is None else found.endpoints(OPERATOR)
 
 
 def collect(settings: Settings, endpoints: Endpoints) -> Status:

@@ -8,12 +8,14 @@ import sys
 
 from pydantic import SecretStr
 
-from memledger_cli.embedded import engines, supervise
+from memledger_cli.embedded import Engines, engines, supervise
+from memledger_cli.status import redact
 from memledger_ingest.bootstrap import Endpoints
 from memledger_platform import telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
 from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
+from memledger_platform.nats_permissions import CLIENT
 from memledger_platform.settings import Settings
 
 ADMIN_KEY_FILE = "admin.key"
@@ -32,30 +34,29 @@ def up(settings: Settings) -> None:
     # this process: ingest, query and the vector projector (the others are child processes,
     # which configure their own from the same settings)
     telemetry.configure(settings, "memledger")
-    with engines(settings) as endpoints:
-        key = ensure_local_admin(settings, endpoints.postgres_dsn,
+    with engines(settings) as started:
+        key = ensure_local_admin(settings, started.postgres_dsn,
                                  settings.home.expanduser() / ADMIN_KEY_FILE)
 
         grpc_address: list[str] = []  # set by serve before it calls ready
 
         def ready(url: str) -> None:
-            _banner(settings, url, endpoints.postgres_dsn, endpoints.nats_url, key,
-                    grpc_address[0])
+            _banner(settings, url, started, key, grpc_address[0])
 
         async def services(stop: asyncio.Event) -> None:
             # The relay, the projector, the enricher and the lifecycle scheduler get processes
             # (and cores) of their own; they stop after ingest, so the last commits are
             # published and projected before they go. The vector index is fed inside this
-            # process (ADR 0006).
+            # process (ADR 0006). Each service connects to NATS as its own user.
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
-                name, _child_argv(name), _child_env(endpoints, settings), children_stop))
-                for name in ("relay", "projector", "enricher", "lifecycle")]
-            query = await asyncio.to_thread(build_query, settings, endpoints.postgres_dsn)
+                name, _child_argv(name), _child_env(started.endpoints(name), settings),
+                children_stop)) for name in ("relay", "projector", "enricher", "lifecycle")]
+            query = await asyncio.to_thread(build_query, settings, started.postgres_dsn)
             vectors = asyncio.create_task(query.project_vectors(
-                settings, endpoints.nats_url, children_stop))
+                settings, started.nats_url("query"), children_stop))
             try:
-                await serve(settings, endpoints, stop, ready, also=query.app,
+                await serve(settings, started.endpoints("ingest"), stop, ready, also=query.app,
                             also_grpc=query.grpc, on_grpc_ready=grpc_address.append)
             finally:
                 children_stop.set()
@@ -81,7 +82,7 @@ def _child_env(endpoints: Endpoints, settings: Settings) -> dict[str, str]:
                if settings.master_key else {})}
 
 
-def _banner(settings: Settings, url: str, dsn: str, nats_url: str, key: str | None,
+def _banner(settings: Settings, url: str, started: Engines, key: str | None,
             grpc_address: str) -> None:
     auth = (f"\n  API key    {key}   (admin of tenant {settings.tenant_fallback or 'default'}; "
             f"kept in {settings.home / ADMIN_KEY_FILE})" if key else
@@ -91,15 +92,22 @@ def _banner(settings: Settings, url: str, dsn: str, nats_url: str, key: str | No
     body = '{"space_id": "demo"}'
     fact = '{"kind": "fact", "content": "The sky is blue"}'
     search = '{"query": "what colour is the sky?", "explain": true}'
+    postgres = redact(started.postgres_dsn) + _kept(settings, "password", "postgres/password")
+    nats = redact(started.nats_url(CLIENT)) + _kept(settings, "passwords", "nats/passwords.json")
     print(f"""
 memledger is up ({settings.mode})
   HTTP API   {url}   (GET {url}/health, OpenAPI at {url}/openapi.json)
   gRPC API   {grpc_address}   (memledger.v1.Ingest and .Query: schemas/proto/memledger/v1)
-  postgres   {dsn}
-  nats       {nats_url}{auth}
+  postgres   {postgres}
+  nats       {nats}{auth}
 try:
   curl -s -X POST {url}/v1/spaces {h} -d '{body}'
   curl -s -X POST {url}/v1/spaces/demo/memories {h} -d '{fact}'
   curl -s -X POST {url}/v1/search {h} -d '{search}'
 Ctrl-C stops memledger and its engines.
 """, flush=True)
+
+
+def _kept(settings: Settings, what: str, path: str) -> str:
+    """Where an embedded engine's passwords are (the banner shows none)."""
+    return f"   ({what} in {settings.home / path})" if settings.mode == "embedded" else ""

@@ -22,16 +22,19 @@ from memledger_client.core import DEFAULT_URL, Core, Resilience
 from memledger_client.degrade import Group
 from memledger_client.errors import Unavailable
 from memledger_client.results import (
+    AgentList,
     BatchResult,
     Change,
     ChangePage,
     ContextAnswer,
     Conversation,
+    ErasureList,
     Graph,
     History,
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SpaceList,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
@@ -155,6 +158,21 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
 
     async def context(self, space_id: str, **options: Unpack[ContextOptions]) -> ContextAnswer:
         return await self.call(calls.context(space_id, options))
+
+    async def spaces(self, *, as_of_position: int | None = None, status: str | None = None,
+                 limit: int = 100, after: str | None = None,
+                 **consistency: Unpack[Consistency]) -> SpaceList:
+        """A page of spaces (``next_cursor`` as ``after`` for the next)."""
+        return await self.call(calls.spaces(as_of_position, status, limit, after, consistency))
+
+    async def agents(self, *, as_of_position: int | None = None, limit: int = 100,
+                 after: str | None = None, **consistency: Unpack[Consistency]) -> AgentList:
+        """A page of agents (``next_cursor`` as ``after`` for the next)."""
+        return await self.call(calls.agents(as_of_position, limit, after, consistency))
+
+    async def erasures(self, *, limit: int = 100) -> ErasureList:
+        """The last erasure receipts, newest first."""
+        return await self.call(calls.erasures(limit))
 
     async def health(self) -> dict[str, Any]:
         return await self.call(calls.health())

@@ -19,15 +19,18 @@ from pydantic import BaseModel, ValidationError
 from memledger_client.degrade import Group
 from memledger_client.errors import from_validation
 from memledger_client.results import (
+    AgentList,
     BatchResult,
     ChangePage,
     ContextAnswer,
     Conversation,
+    ErasureList,
     Graph,
     History,
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SpaceList,
     WriteResult,
 )
 from memledger_query.semantic_dto import (
@@ -128,8 +131,7 @@ _QUERY_NAMES = {"kinds": "kind", "tags": "tag"}
 
 def write(command: CommandBase) -> Call[WriteResult]:
     """The command's own route; an idempotency key is generated unless the command has one."""
-    keyed = with_key(command)
-    body = keyed.model_dump(mode="json", exclude_none=True)
+    body = _body(with_key(command))
     path = re.sub(r"{(\w+)}", lambda m: quote(str(body[m.group(1)]), safe=""),
                   command.http_path)
     return Call("POST", path, WriteResult.model_validate, body=body)
@@ -137,10 +139,17 @@ def write(command: CommandBase) -> Call[WriteResult]:
 
 def batch(commands: Sequence[CommandBase]) -> Call[BatchResult]:
     """Up to 1,000 commands committed atomically, each with its idempotency key."""
-    body = {"commands": [with_key(c).model_dump(mode="json", exclude_none=True)
-                         for c in commands]}
+    body = {"commands": [_body(with_key(c)) for c in commands]}
     validated(CommandBatch, **body)
     return Call("POST", "/v1/batch", BatchResult.model_validate, body=body)
+
+
+def _body(command: CommandBase) -> dict[str, Any]:
+    """The fields the caller set, as set (a policy update changes only the fields it names,
+    and a null it names clears one), and the command's name."""
+    body = command.model_dump(mode="json", exclude_unset=True)
+    body["command"] = type(command).model_fields["command"].default
+    return body
 
 
 def with_key(command: CommandBase) -> CommandBase:
@@ -208,6 +217,27 @@ def context(space_id: str, options: ContextOptions) -> Call[ContextAnswer]:
     return Call("POST", "/v1/context", ContextAnswer.model_validate,
                 body=body.model_dump(mode="json", exclude_unset=True),
                 ryw=None if "min_position" in options else "body", recall=True)
+
+
+def spaces(as_of_position: int | None, status: str | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[SpaceList]:
+    """A page of the tenant's spaces (those the key is granted), in id order."""
+    return _get("/v1/spaces", SpaceList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "status": status,
+                 "limit": limit, "after": after})
+
+
+def agents(as_of_position: int | None, limit: int, after: str | None,
+           consistency: Consistency) -> Call[AgentList]:
+    """A page of the tenant's agents, in id order (a key for the whole tenant)."""
+    return _get("/v1/agents", AgentList.model_validate,
+                {**consistency, "as_of_position": as_of_position, "limit": limit,
+                 "after": after})
+
+
+def erasures(limit: int) -> Call[ErasureList]:
+    """The tenant's last erasure receipts, newest first (an admin key)."""
+    return Call("GET", "/v1/erasures", ErasureList.model_validate, params={"limit": limit})
 
 
 def health(path: str = "/health") -> Call[dict[str, Any]]:

@@ -4,11 +4,15 @@ the query service's own models (so client and server cannot disagree on a field)
 from pydantic import BaseModel, ConfigDict
 
 from memledger_query.dto import (
+    AgentList,
+    AgentSummary,
     Basis,
     Change,
     ChangePage,
     Conversation,
     Entity,
+    ErasureList,
+    ErasureReceipt,
     Graph,
     History,
     Item,
@@ -17,6 +21,8 @@ from memledger_query.dto import (
     Message,
     Rectangle,
     Relation,
+    SpaceList,
+    SpaceSummary,
 )
 from memledger_query.semantic_dto import (
     ContextAnswer,
@@ -27,6 +33,8 @@ from memledger_query.semantic_dto import (
 )
 
 __all__ = [
+    "AgentList",
+    "AgentSummary",
     "Basis",
     "BatchResult",
     "Change",
@@ -36,6 +44,8 @@ __all__ = [
     "ContextSection",
     "Conversation",
     "Entity",
+    "ErasureList",
+    "ErasureReceipt",
     "Graph",
     "History",
     "Item",
@@ -46,6 +56,8 @@ __all__ = [
     "Relation",
     "SearchAnswer",
     "SearchHit",
+    "SpaceList",
+    "SpaceSummary",
     "WriteResult",
 ]
 

@@ -39,7 +39,6 @@ class CommandMeta(TypedDict, total=False):
 
     idempotency_key: str
     expected_version: int
-    actor: str
     agent_id: str
     correlation_id: str
     causation_id: str

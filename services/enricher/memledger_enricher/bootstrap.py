@@ -18,7 +18,7 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     embedder = await asyncio.to_thread(embedders.from_settings, settings)
     # One consumer per model: switching the model re-enriches the whole log with the new one.
     # Sealed personal data is opened with the subjects' keys, kept beside the event store.
-    async with ingest_client(settings, nats_url, "memledger-enricher") as client:
+    async with ingest_client(settings, nats_url, "enricher") as client:
         enricher = Enricher(client.js, settings.subjects, embedder, client.intake,
                             batch=settings.enricher_batch,
                             in_flight=settings.enricher_in_flight,

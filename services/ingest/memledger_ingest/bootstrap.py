@@ -103,7 +103,7 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     if also is not None:  # embedded mode: the query API behind the same port
         app.routes.append(Mount("/", app=also))
     service.writer.start()
-    writes = grpc_server.tenant_resolver(gate.gate, "write")
+    writes = grpc_server.principal_resolver(gate.gate, "write")
     grpc_apis = [grpc_api.registrar(service.writer, writes)]
     if also_grpc is not None:  # embedded mode: the query API on the same port
         grpc_apis.append(also_grpc)

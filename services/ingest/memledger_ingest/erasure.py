@@ -1,7 +1,8 @@
-"""Erasing a data subject: check legal holds, destroy the subject's keys, record
-``subject.erased``. The read models then scrub or delete what they hold of the subject when
-they apply that event; the receipt gathers what each purged (``memledger erase`` and the query
-service's erasure receipt)."""
+"""Erasing a data subject: check legal holds, destroy the subject's keys (and vacuum what the
+key table kept of them), record ``subject.erased``. The read models then scrub or delete what
+they hold of the subject when they apply that event, and vacuum it out of their files; the
+receipt gathers what each purged (``memledger erase`` and the query service's erasure
+receipt)."""
 
 import asyncio
 from dataclasses import dataclass
@@ -42,11 +43,12 @@ class Erasure:
         if holds:
             raise LegalHold(subject, holds)
         destroyed = await asyncio.to_thread(self.keyring.destroy, tenant, subject)
+        vacuumed = await asyncio.to_thread(self.keyring.compact)
         [result] = await self.writer.submit(tenant, [EraseSubject(
-            subject_id=subject, key_ids=tuple(destroyed), reason=reason, actor=actor)])
+            subject_id=subject, key_ids=tuple(destroyed), reason=reason)], actor=actor)
         receipt: dict[str, Any] = {
             "tenant": tenant, "subject_id": subject, "keys_destroyed": destroyed,
-            "spaces": spaces, "position": result.position,
+            "spaces": spaces, "vacuumed": vacuumed, "position": result.position,
             "event_id": str(result.event_ids[0])}
         if self.receipts_at is not None and wait_seconds > 0:
             receipt["purged"], receipt["complete"] = await asyncio.to_thread(

@@ -12,6 +12,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from typing_extensions import override
 
+from memledger_ingest.access import actor_of, client_refusal
 from memledger_ingest.domain.errors import DomainError
 from memledger_ingest.problems import (
     Problem,
@@ -21,11 +22,12 @@ from memledger_ingest.problems import (
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_platform.auth import Principal
 from memledger_platform.grpc_server import (
+    PrincipalResolver,
     Refusal,
     Register,
     RpcContext,
-    TenantResolver,
     caller,
     unary,
 )
@@ -34,14 +36,14 @@ from memledger_schemas.grpc.v1 import ingest_pb2 as pb
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc
 
 M = TypeVar("M", bound=BaseModel)
-ACTOR = "grpc"
-"""The actor of commands that name none (HTTP writes ``http``)."""
+TRANSPORT = "grpc"
+"""The actor of a write without an API key (HTTP writes ``http``)."""
 
 
 class IngestServicer(ingest_pb2_grpc.IngestServicer):
-    def __init__(self, writer: GroupCommitWriter, resolve_tenant: TenantResolver) -> None:
+    def __init__(self, writer: GroupCommitWriter, resolve: PrincipalResolver) -> None:
         self._writer = writer
-        self._resolve_tenant = resolve_tenant
+        self._resolve = resolve
 
     def register(self, server: grpc.aio.Server) -> None:
         ingest_pb2_grpc.add_IngestServicer_to_server(self, server)
@@ -49,28 +51,32 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
     @override
     @unary
     async def Submit(self, request: pb.CommandRequest, context: RpcContext) -> pb.WriteResult:
-        tenant = await caller(context, self._resolve_tenant)
+        who = await caller(context, self._resolve)
         model = _model(request.command, "command")
         command = _validated(model, _body(request, ""))
-        results = await self._submit(tenant, [command], context, batch=False)
+        results = await self._submit(who, [command], context, batch=False)
         return _result(results[0])
 
     @override
     @unary
     async def SubmitBatch(self, request: pb.BatchRequest, context: RpcContext) -> pb.BatchResult:
-        tenant = await caller(context, self._resolve_tenant)
+        who = await caller(context, self._resolve)
         bodies = [_tagged(c, f"commands.{i}.") for i, c in enumerate(request.commands)]
         batch = _validated(CommandBatch, {"commands": bodies})
-        results = await self._submit(tenant, batch.commands, context, batch=True)
+        results = await self._submit(who, batch.commands, context, batch=True)
         return pb.BatchResult(position=max(r.position for r in results),
                               results=[_result(r) for r in results])
 
-    async def _submit(self, tenant: str, commands: list[Any], context: RpcContext, *,
+    async def _submit(self, who: Principal, commands: list[Any], context: RpcContext, *,
                       batch: bool) -> list[CommandResult]:
+        problem = client_refusal(who, commands, batch=batch)
+        if problem is not None:
+            raise _refusal(problem)
         traceparent = next((v for k, v in context.invocation_metadata() or ()
                             if k == "traceparent" and isinstance(v, str)), None)
         try:
-            return await self._writer.submit(tenant, commands, actor=ACTOR,
+            return await self._writer.submit(who.tenant, commands,
+                                             actor=actor_of(who, TRANSPORT),
                                              traceparent=traceparent)
         except (Rejected, DomainError) as error:
             raise _refusal(refused(error, batch=batch)) from None
@@ -78,9 +84,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
             raise _refusal(unavailable(error)) from None
 
 
-def registrar(writer: GroupCommitWriter, resolve_tenant: TenantResolver) -> Register:
-    """What a gRPC server needs to serve ingest."""
-    return IngestServicer(writer, resolve_tenant).register
+def registrar(writer: GroupCommitWriter, resolve: PrincipalResolver) -> Register:
+    """What a gRPC server needs to serve ingest (``resolve``: a caller check needing the write
+    role, ``grpc_server.principal_resolver``)."""
+    return IngestServicer(writer, resolve).register
 
 
 def _model(name: str, path: str) -> type[CommandBase]:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, Router
 
+from memledger_ingest.access import actor_of, client_refusal
 from memledger_ingest.domain.errors import DomainError
 from memledger_ingest.erasure import Erasure, LegalHold
 from memledger_ingest.problems import (
@@ -88,8 +89,8 @@ def _command_route(model: type[CommandBase], writer: GroupCommitWriter,
             principal = await tenant_of(request)
             body = _merge_path(await _json_body(request), request.path_params)
             command = _validate(model, body)
-            _may_write(principal, [command])
-            results = await _submit(writer, principal.tenant, [command], request, batch=False)
+            _may_write(principal, [command], batch=False)
+            results = await _submit(writer, principal, [command], request, batch=False)
         except HttpError as error:
             return _json(error.problem.status, error.problem.body())
         return _json(200 if results[0].duplicate else 201, result_body(results[0]))
@@ -103,9 +104,8 @@ def _batch_route(writer: GroupCommitWriter, tenant_of: Resolver
         try:
             principal = await tenant_of(request)
             batch = _validate(CommandBatch, await _json_body(request))
-            _may_write(principal, batch.commands)
-            results = await _submit(writer, principal.tenant, batch.commands, request,
-                                    batch=True)
+            _may_write(principal, batch.commands, batch=True)
+            results = await _submit(writer, principal, batch.commands, request, batch=True)
         except HttpError as error:
             return _json(error.problem.status, error.problem.body())
         return _json(201, batch_body(results))
@@ -139,12 +139,13 @@ def _erase_route(erasure: Erasure, tenant_of: Resolver
     return route
 
 
-async def _submit(writer: GroupCommitWriter, tenant: str, commands: list[Any],
+async def _submit(writer: GroupCommitWriter, principal: Principal, commands: list[Any],
                   request: Request, *, batch: bool) -> list[CommandResult]:
     try:
         # the request's span when tracing is on; the caller's header as it came otherwise
         traceparent = telemetry.current_traceparent() or request.headers.get("traceparent")
-        return await writer.submit(tenant, commands, actor="http", traceparent=traceparent)
+        return await writer.submit(principal.tenant, commands,
+                                   actor=actor_of(principal, "http"), traceparent=traceparent)
     except (Rejected, DomainError) as error:
         raise HttpError(refused(error, batch=batch)) from None
     except Exception as error:
@@ -165,9 +166,10 @@ def _tenant_resolver(gate: Gate) -> Resolver:
     return tenant_of
 
 
-def _may_write(principal: Principal, commands: Sequence[CommandBase]) -> None:
+def _may_write(principal: Principal, commands: Sequence[CommandBase], *, batch: bool) -> None:
     """Writing needs the write role and a grant for every space written to; a command of no
-    space (registering an agent) needs a key for the whole tenant."""
+    space (registering an agent) needs a key for the whole tenant; and ``access`` has the
+    rest (no body actor, the services' commands, legal holds)."""
     spaces = [getattr(c, "space_id", None) for c in commands]
     try:
         require(principal, "write", [s for s in spaces if s is not None])
@@ -176,6 +178,9 @@ def _may_write(principal: Principal, commands: Sequence[CommandBase]) -> None:
                          "is limited to some spaces", "header.Authorization")
     except Denied as denied:
         raise HttpError(_denied(denied)) from None
+    problem = client_refusal(principal, commands, batch=batch)
+    if problem is not None:
+        raise HttpError(problem)
 
 
 def _denied(denied: Denied) -> Problem:
@@ -269,7 +274,8 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dic
                           "200": {"description": "idempotent repeat", "content": _content(result)},
                           **{code: {"description": text, "content": error} for code, text in (
                               ("401", "no API key, or an unknown or revoked one"),
-                              ("403", "the key's role or space grants do not allow it"),
+                              ("403", "the key's role or space grants do not allow it, or "
+                                      "only memledger's own services send it"),
                               ("404", "unknown space, item, session or entity"),
                               ("409", "conflict with the current version"),
                               ("422", "invalid request, with field paths"),

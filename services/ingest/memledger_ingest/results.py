@@ -8,7 +8,7 @@ from memledger_ingest.domain.decide import Context, Decision
 from memledger_ingest.domain.errors import DomainError
 from memledger_platform.eventstore import IdempotencyRecord, NewEvent
 from memledger_platform.eventstore.port import IdempotentResult
-from memledger_schemas.commands import CommandBase
+from memledger_schemas.commands import CommandBase, SetSpacePolicy
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ def command_name(cmd: CommandBase) -> str:
 
 
 def request_hash(cmd: CommandBase) -> str:
-    return hashlib.sha256(cmd.model_dump_json().encode()).hexdigest()[:32]
+    text = cmd.model_dump_json()
+    if isinstance(cmd, SetSpacePolicy):  # a partial update: what it names is the request too
+        text += "|" + ",".join(sorted(cmd.model_fields_set))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def key_record(ctx: Context, key: str, request_hash: str, events: list[NewEvent],

@@ -18,22 +18,22 @@ class StateCache:
     def __init__(self, size: int) -> None:
         self._size = size
         self._entries: dict[int, tuple[int, str, str, int, str | None, str | None,
-                                       tuple[tuple[str, str], ...]]] = {}
+                                       tuple[tuple[str, str], ...], str | None]] = {}
 
     def get(self, sid: UUID) -> StreamState | None:
         entry = self._entries.get(sid.int)
         if entry is None:
             return None
-        version, space_id, status, policy_version, subject, holder, cardinality = entry
+        version, space_id, status, policy_version, subject, holder, cardinality, policy = entry
         return StreamState(version, space_id, status, policy_version,  # type: ignore[arg-type]
-                           subject, holder, cardinality)
+                           subject, holder, cardinality, policy)
 
     def put_all(self, states: dict[UUID, StreamState]) -> None:
         for sid, state in states.items():
             self._entries.pop(sid.int, None)  # re-insert: most recent last
             self._entries[sid.int] = (state.version, state.space_id, state.status,
                                       state.policy_version, state.subject, state.holder,
-                                      state.cardinality)
+                                      state.cardinality, state.policy)
         while len(self._entries) > self._size:
             del self._entries[next(iter(self._entries))]
 

@@ -32,9 +32,10 @@ from memledger_ingest.results import (
     replayed,
     request_hash,
 )
+from memledger_ingest.sealing import stored_key, subjects_of
 from memledger_ingest.state_cache import StateCache, fold_state
 from memledger_platform import telemetry
-from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, seal_payload
+from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
 
 __all__ = ["CommandResult", "GroupCommitWriter", "Rejected"]
 from memledger_platform.clock import Clock, SystemClock
@@ -117,7 +118,10 @@ class GroupCommitWriter:
 
     async def submit(self, tenant: str, commands: Sequence[CommandBase], *,
                      actor: str = "api", traceparent: str | None = None) -> list[CommandResult]:
-        """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused."""
+        """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused.
+
+        ``actor`` is recorded on every event: who sent them, as the entrypoint authenticated
+        it (a command's own ``actor`` field is the entrypoint's to read, never the writer's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[CommandResult]] = loop.create_future()
 
@@ -125,8 +129,7 @@ class GroupCommitWriter:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
         now = self._clock.now()
-        contexts = tuple(Context(tenant, self._new_id(), _actor(c, actor), now)
-                         for c in commands)
+        contexts = tuple(Context(tenant, self._new_id(), actor, now) for _ in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done))
         return await future
 
@@ -213,15 +216,20 @@ class GroupCommitWriter:
     # --- idempotency ---------------------------------------------------------------------
 
     def _known_keys(self, group: list[_Unit]) -> dict[tuple[str, str], IdempotentResult]:
-        by_tenant: dict[str, list[str]] = {}
+        """What the group's idempotency keys already recorded, by (tenant, key as sent). Keys
+        are looked up as stored (their digest), and as sent too: recorded before digests."""
+        by_tenant: dict[str, set[str]] = {}
         for unit in group:
-            keys = [c.idempotency_key for c in unit.commands if c.idempotency_key]
-            by_tenant.setdefault(unit.tenant, []).extend(keys)
+            by_tenant.setdefault(unit.tenant, set()).update(
+                c.idempotency_key for c in unit.commands if c.idempotency_key)
         known: dict[tuple[str, str], IdempotentResult] = {}
-        for tenant, keys in by_tenant.items():
-            if keys:
-                found = self._store.find_idempotent(tenant, keys)
-                known.update({(tenant, k): r for k, r in found.items()})
+        for tenant, sent in by_tenant.items():
+            if not sent:
+                continue
+            stored = {stored_key(self._keyring, tenant, k) or k: k for k in sent}
+            found = self._store.find_idempotent(tenant, sorted(sent | stored.keys()))
+            known.update({(tenant, k): r for k, r in found.items() if k not in stored})
+            known.update({(tenant, stored[k]): r for k, r in found.items() if k in stored})
         return known
 
     # --- state -----------------------------------------------------------------------------
@@ -300,8 +308,8 @@ class GroupCommitWriter:
         plan.replayed.append(None)
         if key is not None:
             plan.claims[(ctx.tenant, key)] = digest
-            plan.keys.append(key_record(ctx, key, digest, plan.events[start:], cmd,
-                                         decision))
+            plan.keys.append(key_record(ctx, stored_key(self._keyring, ctx.tenant, key) or key,
+                                        digest, plan.events[start:], cmd, decision))
 
     @staticmethod
     def _repeats(plan: _Plan, index: int, key: tuple[str, str], digest: str,
@@ -331,18 +339,15 @@ class GroupCommitWriter:
             # Every value comes from a validated command or domain payload, so the stored
             # JSON is written directly rather than through EventEnvelope again: the envelope
             # fields by orjson, the payload by its own serializer, spliced together.
-            subject = cmd.subject_id or (state.subject if state else None)
-            personal = payload.event_type in PERSONAL
-            if personal and subject is None:
-                subject = f"space:{decision.space_id}"
-            key = self._key(ctx.tenant, subject, decision.space_id) if personal else None
+            subject, key = self._sealing(plan, cmd, ctx, decision, payload.event_type)
             head = orjson.dumps({
                 "event_id": event_id, "event_type": payload.event_type,
                 "schema_version": payload.schema_version, "stream_id": stream_id,
                 "stream_version": version, "tenant_id": ctx.tenant,
                 "space_id": decision.space_id, "session_id": decision.session_id,
                 "agent_id": cmd.agent_id, "actor": ctx.actor, "valid_from": decision.valid_from,
-                "valid_to": decision.valid_to, "idempotency_key": cmd.idempotency_key,
+                "valid_to": decision.valid_to,
+                "idempotency_key": stored_key(self._keyring, ctx.tenant, cmd.idempotency_key),
                 "causation_id": cmd.causation_id, "correlation_id": cmd.correlation_id,
                 "traceparent": plan.unit.traceparent, "subject_id": subject,
                 "key_id": key and key.key_id})
@@ -357,6 +362,17 @@ class GroupCommitWriter:
                 state, payload.event_type, decision.space_id, subject,
                 payload.model_dump(mode="json") if payload.event_type in _STATEFUL else None)
         return events
+
+    def _sealing(self, plan: _Plan, cmd: CommandBase, ctx: Context, decision: Decision,
+                 event_type: str) -> tuple[str | None, SubjectKey | None]:
+        """The envelope's subject, and the key that seals the event (``sealing``)."""
+        state = plan.states.get(decision.target.stream_id(ctx.tenant))
+        if event_type not in PERSONAL:
+            return cmd.subject_id or (state.subject if state else None), None
+        subjects = subjects_of(cmd, state, decision.space_id, plan.states, ctx.tenant)
+        keys = [k for s in subjects
+                if (k := self._key(ctx.tenant, s, decision.space_id)) is not None]
+        return subjects[0], combined(keys) if keys else None
 
     def _sources_live(self, group: list[_Unit]) -> set[str]:
         """Which of the source keys named by the group's commands are live (one query)."""
@@ -429,11 +445,3 @@ def _settle(future: "asyncio.Future[list[CommandResult]]",
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
-
-
-def _actor(cmd: CommandBase, default: str) -> str:
-    if cmd.actor:
-        return cmd.actor
-    return f"agent:{cmd.agent_id}" if cmd.agent_id else default
-
-

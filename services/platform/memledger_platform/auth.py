@@ -7,7 +7,8 @@ only those. Every check happens per request against the key store, so a revoked 
 from the next request on.
 
 With authentication off (``MEMLEDGER_AUTH=off``: the embedded mode on a loopback address), the
-tenant comes from the ``X-Memledger-Tenant`` header or the default tenant, with every role.
+tenant comes from the ``X-Memledger-Tenant`` header or the default tenant, with every role and
+the commands of memledger's own services too.
 """
 
 import hashlib
@@ -16,7 +17,7 @@ import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -38,6 +39,10 @@ class Principal:
     spaces: frozenset[str] | None = None
     """The spaces the key may touch; ``None``: all of the tenant's."""
     key_id: str | None = None
+    internal: bool = False
+    """May send what only memledger's own services send (``memledger_schemas.commands.
+    INTERNAL_COMMANDS``): a service on its intake subject, or anyone with authentication off;
+    never an API key, whatever its role."""
 
     def may(self, role: Role) -> bool:
         return _RANK[self.role] >= _RANK[role]
@@ -91,6 +96,38 @@ class KeyStore(ABC):
     def keys(self, tenant: str) -> list[KeyRecord]: ...
 
 
+class MemoryKeyStore(KeyStore):
+    """Keys in a dict: for tests."""
+
+    def __init__(self) -> None:
+        self.tenants: set[str] = set()
+        self.records: dict[str, KeyRecord] = {}
+
+    def find(self, key_id: str) -> KeyRecord | None:
+        return self.records.get(key_id)
+
+    def create_tenant(self, tenant: str) -> bool:
+        new = tenant not in self.tenants
+        self.tenants.add(tenant)
+        return new
+
+    def tenant_exists(self, tenant: str) -> bool:
+        return tenant in self.tenants
+
+    def add(self, record: KeyRecord) -> None:
+        self.records[record.key_id] = record
+
+    def revoke(self, key_id: str, at: datetime) -> bool:
+        record = self.records.get(key_id)
+        if record is None or record.revoked_at is not None:
+            return False
+        self.records[key_id] = replace(record, revoked_at=at)
+        return True
+
+    def keys(self, tenant: str) -> list[KeyRecord]:
+        return [r for r in self.records.values() if r.tenant == tenant]
+
+
 def issue(store: KeyStore, tenant: str, role: Role, spaces: Iterable[str] | None,
           now: datetime, label: str | None = None) -> tuple[KeyRecord, str]:
     """A new key for an existing tenant: its record, and the token (shown once, never kept)."""
@@ -120,7 +157,8 @@ class Gate:
     def principal(self, authorization: str | None, tenant_header: str | None) -> Principal:
         """The caller, once per request: this also takes the request from the tenant's rate."""
         if self._keys is None:
-            found = Principal(_open_tenant(tenant_header, self._default), "admin")
+            found = Principal(_open_tenant(tenant_header, self._default), "admin",
+                              internal=True)
         else:
             record = self._record(authorization)
             if tenant_header is not None and tenant_header != record.tenant:

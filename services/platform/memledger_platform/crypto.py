@@ -6,6 +6,10 @@ before it is stored or published; destroying the key erases it everywhere the lo
 - A sealed field is the string ``ml-enc:v1:<key_id>:<base64url(nonce | AES-GCM ciphertext)>``
   of the field's JSON value, bound (associated data) to the event id and the field name, so a
   sealed value cannot be moved to another event or field.
+- A field that several subjects' data reached (an audited query that showed memories of
+  several) is sealed with a key derived from all of theirs (``combined``), named
+  ``<key_id>+<key_id>...``: it opens only while every one of them exists.
+- Idempotency keys are stored as a keyed digest (``Keyring.digest``), never as sent.
 - Subject keys live in a ``Keyring``; each is wrapped (AES-GCM) by the master key from the
   settings. Erasure destroys a subject's keys: every event sealed with them opens to its
   placeholders from then on, in every replay and rebuild, and never fails.
@@ -13,31 +17,52 @@ before it is stored or published; destroying the key erases it everywhere the lo
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PREFIX = "ml-enc:v1:"
 ERASED = "[erased]"
+DIGEST_PREFIX = "ml-hash:v1:"
+COMBINED = "+"
+"""Joins the key ids of a combined key."""
 
+_REASON = {"reason": ERASED}
 PERSONAL: dict[str, dict[str, Any]] = {
-    "memory.asserted": {"content": ERASED, "triple": None},
-    "memory.revised": {"content": ERASED, "triple": None},
+    "session.started": {"title": ERASED},
+    "session.ended": _REASON,
+    "memory.asserted": {"content": ERASED, "triple": None, "tags": []},
+    "memory.revised": {"content": ERASED, "triple": None, "tags": [], "reason": ERASED},
+    "memory.superseded": _REASON,
+    "memory.retracted": _REASON,
+    "memory.reaffirmed": _REASON,
+    "memory.archived": _REASON,
+    "memory.promoted": _REASON,
+    "memory.merged": _REASON,
     "conversation.message_appended": {"content": ERASED, "text": ERASED, "participant": None},
     "preference.extracted": {"value": ERASED},
     "memory.embedded": {"vector": None},
     "memory.entities_extracted": {"entities": []},
     "entity.upserted": {"name": ERASED, "aliases": []},
+    "relation.retracted": _REASON,
     "feedback.recorded": {"comment": None},
-    "retrieval.performed": {"query": ERASED, "subject": ERASED},
+    "retrieval.performed": {"query": ERASED, "subject": ERASED, "parameters": {}},
 }
-"""Event type → personal field → what a reader sees once the subject is erased."""
+"""Event type → personal field → what a reader sees once the subject is erased: every field
+a client writes free text into about a subject's memories, messages, sessions, entities and
+relations, and what an audited call asked. (Ids, kinds, types, categories, rule ids, source
+refs, space and agent names and descriptions, and space archive reasons are not sealed: they
+must not hold personal data.)"""
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,54 @@ class Keyring(ABC):
     def forget(self, key_ids: list[str]) -> None:  # noqa: B027  (only caching keyrings)
         """Drop cached copies of destroyed keys (readers call it on ``subject.erased``)."""
 
+    @abstractmethod
+    def digest(self, tenant: str, text: str) -> str:
+        """A keyed digest of ``text`` (an idempotency key) under a secret of the keyring's:
+        equal for equal (tenant, text), and revealing nothing of it without that secret."""
+
+    def compact(self) -> list[str]:
+        """Remove what destroying keys left in storage below its API (old row versions
+        holding the wrapped keys); the names of the tables compacted."""
+        return []
+
+
+def keyed_digest(secret: bytes, tenant: str, text: str) -> str:
+    mac = hmac.new(secret, tenant.encode() + b"\x00" + text.encode(), hashlib.sha256)
+    return DIGEST_PREFIX + mac.hexdigest()
+
+
+def digest_secret(master: bytes) -> bytes:
+    """The secret of ``Keyring.digest``, derived from the master key (so a digest cannot be
+    confirmed by guessing without the master key, and the master key itself is never used
+    for two purposes)."""
+    return hmac.new(master, b"memledger idempotency key digests", hashlib.sha256).digest()
+
+
+def combined(keys: Sequence[SubjectKey]) -> SubjectKey:
+    """One key for data that several subjects' data reached: derived (HKDF-SHA256) from all
+    of ``keys``, named by all their ids, so it can be derived again only while every one of
+    them exists (erasing any one subject erases what it seals). One key: that key itself."""
+    unique = sorted({k.key_id: k for k in keys}.values(), key=lambda k: k.key_id)
+    if len(unique) == 1:
+        return unique[0]
+    key_id = COMBINED.join(k.key_id for k in unique)
+    return SubjectKey(key_id, _derive(key_id, [k.key for k in unique]))
+
+
+def _derive(key_id: str, keys: Sequence[bytes]) -> bytes:
+    return HKDF(algorithm=SHA256(), length=32, salt=None,
+                info=b"memledger combined key " + key_id.encode()).derive(b"".join(keys))
+
+
+def key_of_id(key_id: str, key_of: Callable[[str], bytes | None]) -> bytes | None:
+    """The key named ``key_id``, a combined one derived again (``None`` if any part is gone)."""
+    if COMBINED not in key_id:
+        return key_of(key_id)
+    parts = [key_of(k) for k in key_id.split(COMBINED)]
+    if any(part is None for part in parts):
+        return None
+    return _derive(key_id, [p for p in parts if p is not None])
+
 
 def new_key() -> bytes:
     return AESGCM.generate_key(bit_length=256)
@@ -88,13 +161,14 @@ def unwrap(master: bytes, key_id: str, wrapped: bytes) -> bytes:
 
 def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: SubjectKey
                  ) -> dict[str, Any]:
-    """``payload`` with its personal fields sealed (fields that are absent or null stay so)."""
+    """``payload`` with its personal fields sealed (fields that are absent, null or empty stay
+    so: they hold nothing, and open to what their placeholder is anyway)."""
     fields = PERSONAL.get(event_type, {})
     sealed = dict(payload)
     aead = AESGCM(key.key)
     for name in fields:
         value = payload.get(name)
-        if value is None:
+        if value is None or value in ([], {}):
             continue
         nonce = os.urandom(12)
         box = aead.encrypt(nonce, orjson.dumps(value), f"{event_id}/{name}".encode())
@@ -133,7 +207,7 @@ def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None
 
 def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any) -> Any:
     key_id, _, box = value[len(PREFIX):].partition(":")
-    key = key_of(key_id)
+    key = key_of_id(key_id, key_of)
     if key is None:
         return placeholder
     raw = binascii.a2b_base64(box.encode().translate(_FROM_URLSAFE) + b"=" * (-len(box) % 4))
@@ -145,8 +219,8 @@ _SEALED_KEY_ID = re.compile(rb'"' + re.escape(PREFIX.encode()) + rb'([^:"]+):')
 
 def sealed_key_ids(data: bytes) -> set[str]:
     """The ids of the keys that sealed fields of a stored event document (its JSON bytes)
-    were sealed with, found without parsing it."""
-    return {m.decode() for m in _SEALED_KEY_ID.findall(data)}
+    were sealed with (each part of a combined key), found without parsing it."""
+    return {k for m in _SEALED_KEY_ID.findall(data) for k in m.decode().split(COMBINED)}
 
 
 class MemoryKeyring(Keyring):
@@ -156,6 +230,7 @@ class MemoryKeyring(Keyring):
         self._live: dict[tuple[str, str], SubjectKey] = {}
         self._keys: dict[str, bytes] = {}
         self._spaces: dict[tuple[str, str], set[str]] = {}
+        self._secret = os.urandom(32)
 
     def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
         found = self._live.get((tenant, subject))
@@ -182,6 +257,9 @@ class MemoryKeyring(Keyring):
             return []
         self._keys.pop(found.key_id, None)
         return [found.key_id]
+
+    def digest(self, tenant: str, text: str) -> str:
+        return keyed_digest(self._secret, tenant, text)
 
 
 class Opener:

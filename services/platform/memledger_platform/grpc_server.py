@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 import orjson
 
-from memledger_platform.auth import Denied, Gate, Role, require
+from memledger_platform.auth import Denied, Gate, Principal, Role, require
 from memledger_platform.http_server import PortBusyError
 
 DEFAULT_GRPC_PORT = 8430
@@ -36,10 +36,13 @@ _BY_ERROR_CODE = {"refused": grpc.StatusCode.FAILED_PRECONDITION}
 TenantResolver = Callable[[str | None, str | None], str]
 """``resolve_tenant(authorization, tenant_header) -> tenant``: the credential as sent
 (``Bearer mlk_…``) and the tenant the caller names; raises ``Denied`` (401, 403 or 422)."""
+PrincipalResolver = Callable[[str | None, str | None], Principal]
+"""The same, answering the whole caller (its role and key, for a servicer that needs them)."""
 
 RpcContext = grpc.aio.ServicerContext[Any, Any]
 Register = Callable[[grpc.aio.Server], None]
 S = TypeVar("S")
+Who = TypeVar("Who")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
@@ -66,25 +69,37 @@ def refusal(status: int, code: str, message: str, path: str | None = None,
                                       "fields": fields, **extra}})
 
 
-def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
-    """The tenant check of a servicer whose calls need ``role``: the same gate as HTTP (an open
+def principal_resolver(gate: Gate, role: Role = "read") -> PrincipalResolver:
+    """The caller check of a servicer whose calls need ``role``: the same gate as HTTP (an open
     gate takes the tenant metadata or the default tenant and ignores the credential). Keys
     limited to some spaces are refused: the servicers do not check space grants yet."""
-    def resolve_tenant(authorization: str | None, tenant_header: str | None) -> str:
+    def resolve(authorization: str | None, tenant_header: str | None) -> Principal:
         principal = gate.principal(authorization, tenant_header)
         require(principal, role)
         if principal.spaces is not None:
             raise Denied(403, "forbidden", "keys limited to some spaces are not accepted over "
                          "gRPC yet: use a key for the whole tenant, or HTTP",
                          "header.Authorization")
-        return principal.tenant
+        return principal
+
+    return resolve
+
+
+def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
+    """``principal_resolver``, answering the tenant only."""
+    resolve = principal_resolver(gate, role)
+
+    def resolve_tenant(authorization: str | None, tenant_header: str | None) -> str:
+        return resolve(authorization, tenant_header).tenant
 
     return resolve_tenant
 
 
-async def caller(context: RpcContext, resolve_tenant: TenantResolver) -> str:
-    """The tenant of a call, from its ``authorization`` and ``x-memledger-tenant`` metadata
-    (the check may read a key store: it runs off the event loop)."""
+async def caller(context: RpcContext,
+                 resolve_tenant: Callable[[str | None, str | None], Who]) -> Who:
+    """The caller of a call (its tenant, or its principal: what ``resolve_tenant`` answers),
+    from its ``authorization`` and ``x-memledger-tenant`` metadata (the check may read a key
+    store: it runs off the event loop)."""
     metadata = {key: value for key, value in context.invocation_metadata() or ()
                 if isinstance(value, str)}
     try:

@@ -1,6 +1,9 @@
-"""Commands sent over NATS intake, each answered with its committed result: the enricher (its
-enrichments) and the query service (the retrievals it audits) are clients of ingest like any
-other (only ingest writes the event store)."""
+"""Commands sent over NATS intake by memledger's own services, each answered with its committed
+result: the enricher (its enrichments), the lifecycle scheduler (archives and merges by policy)
+and the query service (the retrievals it audits) are clients of ingest (only ingest writes the
+event store). Each sends on its own subject, ``<prefix>.svc.<service>.<tenant>.<command>``:
+ingest takes the service token as the sender, so only that service's NATS user may publish
+there."""
 
 import asyncio
 import itertools
@@ -19,16 +22,22 @@ from memledger_platform import bus, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
-from memledger_schemas.commands import CommandBase
+from memledger_schemas.commands import SERVICE_COMMANDS, CommandBase
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
 
 class IntakeClient:
-    def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, *,
+    """The intake client of ``service`` (a key of ``SERVICE_COMMANDS``)."""
+
+    def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, service: str, *,
                  timeout_seconds: float = 30.0) -> None:
+        if service not in SERVICE_COMMANDS:
+            raise ValueError(f"{service!r} is not one of memledger's services "
+                             f"({', '.join(sorted(SERVICE_COMMANDS))})")
         self._nc = nc
         self._js = js
         self._subjects = subjects
+        self._service = service
         self._timeout = timeout_seconds
         self._inbox = nc.new_inbox()
         self._tokens = itertools.count(1)
@@ -70,7 +79,7 @@ class IntakeClient:
         name = type(command).model_fields["command"].default
         # What was set, as set: a null that is required (a retrieval's basis without
         # recorded_at) must be sent; what was left to its default need not be.
-        await self._js.publish(self._subjects.intake(tenant, name),
+        await self._js.publish(self._subjects.service_intake(self._service, tenant, name),
                                command.model_dump_json(exclude_unset=True).encode(),
                                headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
 
@@ -91,14 +100,15 @@ class IngestClientSession:
 
 
 @asynccontextmanager
-async def ingest_client(settings: Settings, nats_url: str, name: str
+async def ingest_client(settings: Settings, nats_url: str, service: str
                         ) -> AsyncIterator[IngestClientSession]:
-    """Connect as ``name``, make sure the streams exist, start an intake client and open the
-    keyring (beside the event store, when there is one); close them all on the way out."""
-    nc = await bus.connect(nats_url, name)
+    """Connect as ``memledger-<service>``, make sure the streams exist, start the service's
+    intake client and open the keyring (beside the event store, when there is one); close them
+    all on the way out."""
+    nc = await bus.connect(nats_url, f"memledger-{service}")
     js = nc.jetstream()
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-    intake = IntakeClient(nc, js, settings.subjects,
+    intake = IntakeClient(nc, js, settings.subjects, service,
                           timeout_seconds=settings.enricher_reply_timeout_seconds)
     await intake.start()
     keyring, pool = (await asyncio.to_thread(keyring_for, settings, settings.postgres_dsn)

@@ -10,8 +10,17 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from memledger_platform.crypto import Keyring, SubjectKey, new_key, unwrap, wrap
+from memledger_platform.crypto import (
+    Keyring,
+    SubjectKey,
+    digest_secret,
+    keyed_digest,
+    new_key,
+    unwrap,
+    wrap,
+)
 from memledger_platform.pg_locks import creating, exclusively
+from memledger_platform.pg_vacuum import vacuum
 from memledger_platform.settings import Settings
 
 _TABLE = """
@@ -36,6 +45,7 @@ class PostgresKeyring(Keyring):
         self._master = master
         self._s = sql.Identifier(schema)
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._digests = digest_secret(master)
         # services starting together create these at once: one at a time (autocommit pool)
         with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLE).format(s=self._s))
@@ -102,6 +112,17 @@ class PostgresKeyring(Keyring):
     def forget(self, key_ids: list[str]) -> None:
         for key_id in key_ids:
             self._cache.pop(key_id, None)
+
+    def digest(self, tenant: str, text: str) -> str:
+        return keyed_digest(self._digests, tenant, text)
+
+    def compact(self) -> list[str]:
+        """VACUUM the key table: a destroyed key's row loses its wrapped key, but the row's
+        old versions (that one's and those each new space left) keep it until vacuumed, and
+        with the master key it would open everything the subject's key sealed."""
+        with self._pool.connection() as conn:
+            done = vacuum(conn, sql.SQL("{}.memledger_subject_keys").format(self._s))
+        return ["memledger_subject_keys"] if done else []
 
     def spaces_of(self, tenant: str, subject: str) -> list[str]:
         with self._pool.connection() as conn:

@@ -27,7 +27,7 @@ from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_projector import erasure, store
 from memledger_projector.projection import Event, event_from, unread_dropped
-from memledger_projector.schema import Names, live_version
+from memledger_projector.schema import Names, kept_versions, live_version
 from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, HDR_EVENT_TYPE, Subjects
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,13 @@ class Projector:
         document = orjson.loads(msg.data)
         self._open(document)  # drops the erased keys from the keyring's cache
         tenant, subject = document["tenant_id"], document["payload"]["subject_id"]
+        key_ids = str(document["payload"].get("key_id", "")).split(",")
         position = int(document["global_position"])
         delay = RETRY_SECONDS
         while True:
             try:
-                purged = await asyncio.to_thread(self._scrub_now, tenant, subject, position)
+                purged = await asyncio.to_thread(self._scrub_now, tenant, subject, position,
+                                                 key_ids)
                 break
             except psycopg.OperationalError as error:
                 log.warning("projector retrying an erasure in %.1fs: %s", delay, error)
@@ -147,12 +149,16 @@ class Projector:
                 delay = min(delay * 2, MAX_RETRY_SECONDS)
         log.info("erased subject %s of %s from the read models: %s", subject, tenant, purged)
 
-    def _scrub_now(self, tenant: str, subject: str, position: int) -> dict[str, int]:
+    def _scrub_now(self, tenant: str, subject: str, position: int, key_ids: list[str]
+                   ) -> dict[str, Any]:
+        """Scrub the live version and the one kept for a rollback (the counts are the live
+        one's), then vacuum them."""
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
-        schema_name = self._names.schema(live_version(self._conn, self._names))
-        purged = erasure.scrub(self._conn, schema_name, self._names.base, tenant, subject,
-                               position)
+        versions = kept_versions(self._conn, self._names)
+        purged = {"versions": versions, **erasure.erase(
+            self._conn, [self._names.schema(v) for v in versions], self._names.base, tenant,
+            subject, position, key_ids)}
         receipts.record(self._conn, self._names.base, tenant, subject, position, "postgres",
                         purged)
         return purged

@@ -159,7 +159,7 @@ def _consolidation(found: Consolidation) -> c.CommandBase:
 
 async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     """Schedule until ``stop`` is set."""
-    async with ingest_client(settings, nats_url, "memledger-lifecycle") as client:
+    async with ingest_client(settings, nats_url, "lifecycle") as client:
         scheduler = Scheduler(client.js, settings.subjects, client.intake,
                               interval_seconds=settings.lifecycle_interval_seconds,
                               opener=client.opener)

@@ -203,6 +203,14 @@ def live_version(conn: Connection[Any], names: Names, *, lock: Lock = "") -> int
     return int(row[0])
 
 
+def kept_versions(conn: Connection[Any], names: Names) -> list[int]:
+    """The live version, then the previous one if a rebuild kept it for a rollback."""
+    live = live_version(conn, names)
+    previous = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (names.schema(live - 1),)).fetchone()
+    return [live, live - 1] if previous is not None and live > 1 else [live]
+
+
 def switch(conn: Connection[Any], names: Names, version: int) -> None:
     conn.execute(sql.SQL("UPDATE {} SET version = %s WHERE name = %s").format(names.pointer),
                  (version, PROJECTION))

@@ -64,7 +64,7 @@ class QueryService:
             js = nc.jetstream()
             await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
             # An audited call waits for its record: no longer than the call itself may take.
-            intake = IntakeClient(nc, js, settings.subjects,
+            intake = IntakeClient(nc, js, settings.subjects, "query",
                                   timeout_seconds=settings.http_request_timeout_seconds)
             await intake.start()
             if self.recorder is not None:

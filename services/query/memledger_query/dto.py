@@ -219,3 +219,52 @@ class MergeSuggestions(Frozen):
     basis: Basis
     space_id: str
     suggestions: list[MergeSuggestion]
+
+
+class SpaceSummary(Frozen):
+    space_id: str
+    name: str | None
+    description: str | None
+    status: str
+    policy_version: int
+    created_position: int
+    created_at: datetime | None
+
+
+class SpaceList(Frozen):
+    """A page of spaces in ``space_id`` order; pass ``next_cursor`` as ``after`` for the next
+    (None: this was the last page)."""
+
+    basis: Basis
+    spaces: list[SpaceSummary]
+    next_cursor: str | None
+
+
+class AgentSummary(Frozen):
+    agent_id: str
+    name: str | None
+    description: str | None
+    registered_at: datetime | None
+    position: int
+
+
+class AgentList(Frozen):
+    """A page of agents in ``agent_id`` order; pass ``next_cursor`` as ``after``."""
+
+    basis: Basis
+    agents: list[AgentSummary]
+    next_cursor: str | None
+
+
+class ErasureReceipt(Frozen):
+    position: int
+    subject_id: str
+    recorded_at: datetime | None
+    purged: dict[str, dict[str, Any]]
+    """Read model → what it purged for this erasure."""
+    complete: bool
+    """Whether every read model has reported."""
+
+
+class ErasureList(Frozen):
+    receipts: list[ErasureReceipt]

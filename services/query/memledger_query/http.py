@@ -112,6 +112,10 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
+    from memledger_query import console_http, listing  # they build on this module
+
+    app.include_router(listing.router(reader))
+    app.include_router(console_http.router())
     return app
 
 
@@ -203,7 +207,7 @@ class _Authenticate:
             return
         request = Request(scope)
         path = request.url.path
-        if path in _PUBLIC:
+        if path in _PUBLIC or path == "/console" or path.startswith("/console/"):
             await self.app(scope, receive, send)
             return
         try:

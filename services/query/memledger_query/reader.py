@@ -44,6 +44,11 @@ class Reader:
         self._watcher: asyncio.Task[None] | None = None
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
 
+    @property
+    def base_schema(self) -> str:
+        """The schema of the event store and of what lives beside it (erasure receipts)."""
+        return self._names.base
+
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, live schema, *args)`` on a pooled connection. A connection found broken
         (PostgreSQL restarted since it was pooled) is dropped, the pool's idle ones are

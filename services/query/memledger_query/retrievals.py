@@ -11,7 +11,9 @@ holds when it runs, which a replay cannot know).
 import asyncio
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
+from uuid import UUID
 
 from memledger_platform.crypto import ERASED
 from memledger_query.dto import Basis
@@ -62,6 +64,19 @@ def pinned(body: T, at: Basis) -> T:
                                    "recorded_at": None, "min_position": None})
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What an audited call asked: the recorded request."""
+
+    operation: str
+    query: str | None
+    subject: str | None
+    session_id: UUID | None
+    """Its data subject's key seals the query (with those of the memories shown)."""
+    spaces: Sequence[SpaceId]
+    parameters: dict[str, Any]
+
+
 async def record_search(recorder: Recorder, tenant: str, actor: str, body: SearchRequest,
                         granted: Sequence[str], answer: SearchAnswer, policy: str
                         ) -> SearchAnswer:
@@ -69,8 +84,9 @@ async def record_search(recorder: Recorder, tenant: str, actor: str, body: Searc
     not be recorded: an audited call is not answered unaudited)."""
     parameters = {**body.model_dump(mode="json", exclude=_NOT_REPLAYED), "granted": granted}
     shown = [Retrieved(ref=h.item_id, score=h.score, section=h.layer) for h in answer.results]
-    command = _command("search", body.query, body.subject, body.spaces, parameters,
-                       answer.basis, shown, policy, actor)
+    asked = _Asked("search", body.query, body.subject, body.session_id, body.spaces,
+                   parameters)
+    command = _command(asked, answer.basis, shown, policy, actor)
     position = await _record(recorder, tenant, command)
     return answer.model_copy(update={"retrieval_id": str(command.retrieval_id),
                                      "retrieval_position": position})
@@ -81,21 +97,21 @@ async def record_context(recorder: Recorder, tenant: str, actor: str, body: Cont
     """Like ``record_search``, for a context bundle: every entry of every section, in order."""
     shown = [Retrieved(ref=e.ref, score=e.score, section=s.name)
              for s in answer.sections for e in s.entries]
-    command = _command("context", answer.query, None, [body.space_id],
-                       body.model_dump(mode="json", exclude=_NOT_REPLAYED), answer.basis,
-                       shown, policy, actor)
+    asked = _Asked("context", answer.query, None, body.session_id, [body.space_id],
+                   body.model_dump(mode="json", exclude=_NOT_REPLAYED))
+    command = _command(asked, answer.basis, shown, policy, actor)
     position = await _record(recorder, tenant, command)
     return answer.model_copy(update={"retrieval_id": str(command.retrieval_id),
                                      "retrieval_position": position})
 
 
-def _command(operation: str, query: str | None, subject: str | None, spaces: Sequence[SpaceId],
-             parameters: dict[str, Any], at: Basis, shown: list[Retrieved], policy: str,
-             actor: str) -> RecordRetrieval:
+def _command(asked: _Asked, at: Basis, shown: list[Retrieved], policy: str, actor: str
+             ) -> RecordRetrieval:
     retrieval_id = uuid.uuid4()
     return RecordRetrieval.model_validate({
-        "retrieval_id": retrieval_id, "operation": operation, "query": query,
-        "subject": subject, "spaces": tuple(spaces), "parameters": parameters,
+        "retrieval_id": retrieval_id, "operation": asked.operation, "query": asked.query,
+        "subject": asked.subject, "session_id": asked.session_id,
+        "spaces": tuple(asked.spaces), "parameters": asked.parameters,
         "basis": RetrievalBasis(position=at.position, recorded_at=at.recorded_at,
                                 valid_at=at.valid_at),
         "results": tuple(shown), "policy_version": policy, "actor": actor,
@@ -128,12 +144,12 @@ def context_request(record: RetrievalRecord) -> ContextRequest:
 
 
 def _replayable(record: RetrievalRecord) -> RetrievalRecord:
+    if record.query == ERASED:  # its parameters went with it
+        raise Problem(409, "not_replayable", "the query of this retrieval was erased with "
+                      "its data subject")
     if not record.parameters:
         raise Problem(409, "not_replayable", "this retrieval was recorded without its "
                       "request (schema version 1), so it cannot be replayed")
-    if record.query == ERASED:
-        raise Problem(409, "not_replayable", "the query of this retrieval was erased with "
-                      "its data subject")
     return record
 
 

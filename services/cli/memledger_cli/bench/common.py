@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memledger_platform.engines import free_port
+from memledger_cli.embedded import with_credentials
+from memledger_platform.engines import NATS_ADMIN, free_port
 from memledger_platform.settings import Settings
 
 
@@ -54,8 +55,10 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
             try:
                 url = f"http://127.0.0.1:{ports['HTTP']}"
                 _wait_healthy(url, proc, log_path)
-                yield Server(url, f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
-                             f"nats://127.0.0.1:{ports['NATS']}", home)
+                engines = with_credentials(  # the bench is the owner: it logs in as the admin
+                    Path(home), f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
+                    f"nats://127.0.0.1:{ports['NATS']}")
+                yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home)
             except Exception:
                 # The server's data directory goes with it: its last words go to the terminal.
                 print(f"memledger bench: the server's log ended with:\n"

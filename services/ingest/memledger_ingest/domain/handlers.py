@@ -74,18 +74,21 @@ def _create_space(cmd: c.CreateSpace, ctx: Context, lookup: Lookup, cur: StreamS
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"space_id": cmd.space_id})
 
 
+_POLICY_FIELDS = frozenset(e.SpacePolicySet.model_fields) - {"policy_version"}
+_KEPT_FIELDS = _POLICY_FIELDS - {"retroactive"}
+"""What a policy update keeps of the previous version unless it names it (``retroactive`` says
+which items this version governs: it describes the update, not the policy)."""
+
+
 def _set_policy(cmd: c.SetSpacePolicy, ctx: Context, lookup: Lookup, cur: StreamState | None
                 ) -> Decision:
+    # The event records the whole policy, as decided from the stream's state: readers (the
+    # lifecycle fold, erasure's legal holds) and a replay see every version complete.
     space = _active_space(lookup, cmd.space_id)
-    payload = e.SpacePolicySet(
-        policy_version=space.policy_version + 1, retention_days=cmd.retention_days,
-        decay_half_life_days=cmd.decay_half_life_days,
-        session_ttl_seconds=cmd.session_ttl_seconds, max_items=cmd.max_items,
-        legal_hold=cmd.legal_hold, members=cmd.members,
-        layer_retention_days=cmd.layer_retention_days, forget_below=cmd.forget_below,
-        retroactive=cmd.retroactive, cardinality=cmd.cardinality,
-        default_cardinality=cmd.default_cardinality, consolidation=cmd.consolidation,
-        merge_cosine=cmd.merge_cosine, audit_retrievals=cmd.audit_retrievals)
+    kept = {k: v for k, v in space.policy_fields().items() if k in _KEPT_FIELDS}
+    named = cmd.model_dump(include=set(_POLICY_FIELDS & cmd.model_fields_set))
+    payload = e.SpacePolicySet.model_validate(
+        {**kept, **named, "policy_version": space.policy_version + 1})
     ids = {"space_id": cmd.space_id, "policy_version": str(payload.policy_version)}
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids)
 
@@ -364,7 +367,7 @@ def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
         results=cmd.results, policy_version=cmd.policy_version)
     space = cmd.spaces[0] if len(cmd.spaces) == 1 else TENANT_SCOPE
     return Decision(target_of(cmd, ctx), space, (payload,),
-                    {"retrieval_id": str(cmd.retrieval_id)})
+                    {"retrieval_id": str(cmd.retrieval_id)}, session_id=cmd.session_id)
 
 
 def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None

@@ -1,5 +1,6 @@
 """Stream identity and the state of a stream folded from its events."""
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -46,6 +47,15 @@ class StreamState:
     """A slot's: ``<item_id>/<object digest>`` of the item that last claimed it."""
     cardinality: tuple[tuple[str, str], ...] = ()
     """A space's: (predicate, "single" | "multi") pairs of its policy, ("*", default) first."""
+    policy: str | None = None
+    """A space's: its latest policy (the payload of its last ``space.policy_set``) as JSON, what
+    a policy update keeps of the fields it does not name. A string: the writer's cache holds
+    states as values the garbage collector does not track."""
+
+    def policy_fields(self) -> dict[str, Any]:
+        """The latest policy's fields (none before the first)."""
+        found: dict[str, Any] = json.loads(self.policy) if self.policy else {}
+        return found
 
     def cardinality_of(self, predicate: str) -> str:
         table = dict(self.cardinality)
@@ -74,7 +84,8 @@ def evolve(state: StreamState | None, event_type: str, space_id: str,
            ) -> StreamState:
     """The state after one more event on the stream (events of other types keep the status;
     the subject is the first event's). ``payload`` is read for the two events whose content
-    the write side needs: a policy (cardinality) and a slot claim (holder)."""
+    the write side needs: a policy (kept whole, and its cardinality) and a slot claim
+    (holder)."""
     if state is None:
         state = StreamState(version=0, space_id=space_id, status=_STATUS_AFTER.get(
             event_type, "active"), subject=subject)
@@ -84,6 +95,7 @@ def evolve(state: StreamState | None, event_type: str, space_id: str,
         changes["policy_version"] = state.policy_version + 1
         if payload is not None:
             changes["cardinality"] = cardinality_pairs(payload)
+            changes["policy"] = json.dumps(dict(payload), sort_keys=True)
     elif event_type == "triple.claimed" and payload is not None:
         changes["holder"] = f"{payload['item_id']}/{payload['object_digest']}"
     return replace(state, version=state.version + 1, status=status, **changes)

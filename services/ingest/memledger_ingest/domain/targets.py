@@ -122,7 +122,25 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911 
                     entity_ref(cmd.space_id, cmd.target_entity))
         case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities():
             return (StreamRef("item", str(cmd.item_id)),)
+        case c.RecordRetrieval():
+            return retrieval_reads(cmd)
     return ()
+
+
+def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
+    """The streams whose data subjects an audited retrieval touched: its session, and the
+    item of each entry shown that names one (a message or another ref names no stream)."""
+    session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
+    items = dict.fromkeys(StreamRef("item", r.ref) for r in cmd.results if _is_uuid(r.ref))
+    return session + tuple(items)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def slot_ref(space_id: str, subject: str, predicate: str) -> StreamRef:

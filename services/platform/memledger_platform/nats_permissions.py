@@ -1,0 +1,116 @@
+"""What each memledger service may do on NATS: the permissions of its NATS user.
+
+The same lists as the MEMLEDGER account's users in ``deploy/nats/accounts.conf`` (for the
+prefix ``memledger``; a test holds the two together), here for any subject prefix: the
+embedded nats-server of ``memledger up`` runs each service as such a user.
+"""
+
+from memledger_platform.engines import NatsPermissions
+from memledger_schemas.commands import SERVICE_COMMANDS
+from memledger_schemas.subjects import Subjects
+
+CLIENT = "client"
+"""The embedded mode's user for local clients: commands to intake, results and events of
+every tenant (its one account has no tenant fence; the distributed mode's accounts do)."""
+
+OPERATOR = "operator"
+"""``memledger status``: reads stream and consumer state, changes nothing."""
+
+SERVICES = ("ingest", "relay", "projector", "enricher", "lifecycle", "query")
+"""The services, each of which connects as the user of its own name."""
+
+_PROJECTOR = "projector-postgres"
+
+
+def embedded_users(subjects: Subjects) -> dict[str, NatsPermissions]:
+    """Every user of the embedded nats-server beside its admin: the services, the operator
+    and the local client."""
+    return {**service_permissions(subjects), CLIENT: _client(subjects)}
+
+
+def service_permissions(subjects: Subjects) -> dict[str, NatsPermissions]:
+    """The permissions of each service's user and of the operator's."""
+    return {"ingest": _ingest(subjects), "relay": _relay(subjects),
+            "projector": _projector(subjects), "enricher": _enricher(subjects),
+            "lifecycle": _lifecycle(subjects), "query": _query(subjects),
+            OPERATOR: _operator(subjects)}
+
+
+def _streams(s: Subjects) -> tuple[str, ...]:
+    """Every service may look up, create and update memledger's streams (``ensure_streams``)."""
+    return tuple(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")
+                 for stream in (s.events_stream, s.intake_stream, s.dead_letter_stream))
+
+
+def _consumer(stream: str, name: str, *verbs: str, ack: bool = True) -> tuple[str, ...]:
+    """Use of one durable pull consumer: the API ``verbs`` on it, creating it (with or without
+    a filter subject), fetching and, with ``ack``, acknowledging its messages."""
+    api = tuple(f"$JS.API.CONSUMER.{verb}.{stream}.{name}" for verb in ("INFO", *verbs))
+    return (*api, f"$JS.API.CONSUMER.CREATE.{stream}.{name}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.{name}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}",
+            *((f"$JS.ACK.{stream}.{name}.>",) if ack else ()))
+
+
+def _not_the_projectors(s: Subjects) -> tuple[str, ...]:
+    """The PostgreSQL projector's consumer is not another service's to read or remove."""
+    stream = s.events_stream
+    return (f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}",
+            f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{_PROJECTOR}")
+
+
+def _ingest(s: Subjects) -> NatsPermissions:
+    # Answers on the reply subject a command names: a tenant's, or a service's inbox.
+    return NatsPermissions((
+        *_streams(s), f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
+        *_consumer(s.intake_stream, s.intake_consumer),
+        f"{s.prefix}.dlq.intake.>", f"{s.prefix}.reply.>", "_INBOX.>"))
+
+
+def _relay(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((*_streams(s), f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
+                            s.all_events))
+
+
+def _projector(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, _PROJECTOR, "DELETE"),
+                            f"{s.prefix}.dlq.projector.>"))
+
+
+def _commands(s: Subjects, service: str) -> tuple[str, ...]:
+    """A service sends its own commands only, on its own intake subjects (ingest takes the
+    service token there as the sender)."""
+    return tuple(s.service_intake(service, "*", command)
+                 for command in sorted(SERVICE_COMMANDS[service]))
+
+
+def _enricher(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, "*"),
+                            *_commands(s, "enricher")), publish_deny=_not_the_projectors(s))
+
+
+def _lifecycle(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((
+        *_streams(s), *_consumer(s.events_stream, "lifecycle", "DELETE", ack=False),
+        *_commands(s, "lifecycle")))
+
+
+def _query(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((
+        *_streams(s), *_consumer(s.events_stream, "*", "DELETE"),
+        f"{s.prefix}.dlq.vectors.>", *_commands(s, "query")),
+        publish_deny=_not_the_projectors(s))
+
+
+def _operator(s: Subjects) -> NatsPermissions:
+    streams = (s.events_stream, s.intake_stream, s.dead_letter_stream)
+    return NatsPermissions((
+        "$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{stream}" for stream in streams),
+        f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
+        *(f"$JS.API.CONSUMER.LIST.{stream}" for stream in (s.events_stream, s.intake_stream))))
+
+
+def _client(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((s.all_intake,), subscribe=(
+        "_INBOX.>", s.all_events, f"{s.prefix}.reply.>", s.all_dead_letters))
