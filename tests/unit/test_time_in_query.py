@@ -5,7 +5,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memledger_platform.vectorindex.port import OPEN
 from memledger_query import when
 from memledger_query.ranking import Candidate, Recipe, rank, score
 from memledger_query.semantic_dto import SearchRequest
@@ -57,34 +56,26 @@ def test_the_same_words_at_another_valid_time_name_another_period() -> None:
 MAY = when.Period("in May 2023", day(2023, 5, 1).timestamp(), day(2023, 6, 1).timestamp())
 
 
-@pytest.mark.parametrize(("kind", "valid_from", "valid_to", "expected"), [
-    ("message", day(2023, 5, 9), None, 1.0),
-    ("message", day(2023, 6, 3), None, 0.0),  # said later: near only by distance (below)
-    ("fact", day(2020, 1, 1), None, 1.0),  # a state that held through May
-    ("fact", day(2020, 1, 1), day(2021, 1, 1), 0.0),
-], ids=["an event inside", "an event after", "a state holding then", "a state long over"])
-def test_nearness_is_one_inside_the_period_and_fades_outside(
-        kind: str, valid_from: datetime, valid_to: datetime | None, expected: float) -> None:
-    end = OPEN if valid_to is None else valid_to.timestamp()
-    near = when.nearness((MAY,), kind, valid_from.timestamp(), end)
-    if expected == 1.0:
-        assert near == 1.0
-    else:
-        assert 0.0 <= near < 1.0
-
-
-def test_an_event_told_days_after_the_period_is_nearer_than_one_months_later() -> None:
-    soon = when.nearness((MAY,), "message", day(2023, 6, 4).timestamp(), OPEN)
-    late = when.nearness((MAY,), "message", day(2023, 9, 1).timestamp(), OPEN)
+def test_nearness_is_one_inside_the_period_and_fades_outside() -> None:
+    assert when.nearness((MAY,), "message", day(2023, 5, 9).timestamp()) == 1.0
+    assert when.nearness((MAY,), "episode", day(2023, 5, 31).timestamp()) == 1.0
+    soon = when.nearness((MAY,), "message", day(2023, 6, 4).timestamp())
+    late = when.nearness((MAY,), "message", day(2023, 9, 1).timestamp())
+    early = when.nearness((MAY,), "observation", day(2023, 4, 28).timestamp())
     assert 0.8 < soon < 1.0
-    assert late < soon
-    assert when.nearness((), "message", day(2023, 5, 9).timestamp(), OPEN) == 0.0
+    assert 0.8 < early < 1.0
+    assert 0.0 < late < soon
+
+
+def test_only_events_are_lifted_and_only_when_the_query_names_a_period() -> None:
+    assert when.nearness((), "message", day(2023, 5, 9).timestamp()) == 0.0
+    for state in ("fact", "preference", "decision"):
+        assert when.nearness((MAY,), state, day(2023, 5, 9).timestamp()) == 0.0
 
 
 def message(item: str, said: datetime, dense: float) -> Candidate:
     return Candidate(item, {"kind": "message", "content_at": None, "importance": 0.5,
-                            "confidence": 1.0, "valid_from": said.timestamp(),
-                            "valid_to": OPEN}, dense=dense)
+                            "confidence": 1.0, "valid_from": said.timestamp()}, dense=dense)
 
 
 def test_a_hit_said_in_the_named_period_moves_above_a_slightly_closer_one_said_elsewhere(

@@ -16,8 +16,9 @@ retrieval benchmark, orders the results:
                       * (1 + utility_weight * (2 * utility - 1))
                       * (1 + time_weight * nearness)
 
-``nearness`` (``when``) is how well the hit's valid time meets the periods the query names
-("in May 2023", "last week"), 0 when it names none.
+``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
+said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
+none.
 
 Learned utility is a Beta(1, 1) estimate of "this item helps" from the item's signals as of the
 search's basis (``feedback.recorded`` and ``memory.reaffirmed`` at or before its position):
@@ -40,7 +41,6 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from memledger_platform.vectorindex.port import OPEN
 from memledger_query import when
 
 Mode = Literal["execution", "planning", "brainstorming"]
@@ -220,8 +220,7 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     confidence = 1 - recipe.confidence_weight * (1 - float(p.get("confidence", 1.0)))
     learned = utility(signals)
     useful = 1 + recipe.utility_weight * (2 * learned - 1)
-    near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0),
-                         float(p.get("valid_to") or OPEN)) if periods else 0.0
+    near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0))
     timely = 1 + recipe.time_weight * near
     final = fused * recency * importance * confidence * useful * timely
     return Ranked(c, relevance, final, Factors(

@@ -18,8 +18,6 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from memledger_platform.vectorindex.port import OPEN
-
 DAY = 86_400.0
 MIN_SCALE = 7 * DAY
 """How far outside a period a time still counts for something (at least a week, else the
@@ -135,27 +133,26 @@ def _epoch(naive_utc: datetime) -> float:
 
 
 EVENT_KINDS = frozenset({"message", "episode", "observation"})
-"""Kinds that happened at their valid_from (an event), rather than held over their interval
-(a state: a fact, a preference, a decision...)."""
+"""Kinds that happened at their valid_from (an event), rather than hold over their interval
+(a state: a fact, a preference, a decision...). Only events are lifted: what held at a time is
+asked for with the search's valid time, and lifting every state that overlaps a year named in
+passing ("who won the 2018 world cup?") ranked long-held statements above the right one."""
 
 
-def nearness(periods: tuple[Period, ...], kind: str, valid_from: float, valid_to: float
-             ) -> float:
-    """How well a hit's valid time meets the periods, in [0, 1]: 1 inside one (an event at its
-    valid_from; a state anywhere in its interval), then decaying with the distance outside
-    (``exp(-distance / max(period length, a week))``); 0 without periods."""
-    if not periods:
+def nearness(periods: tuple[Period, ...], kind: str, valid_from: float) -> float:
+    """How near an event of ``kind`` at ``valid_from`` is to the periods, in [0, 1]: 1 inside
+    one, then ``exp(-distance / max(period length, a week))``; 0 without periods, and for a
+    state."""
+    if not periods or kind not in EVENT_KINDS:
         return 0.0
-    start, end = (valid_from, valid_from) if kind in EVENT_KINDS else (
-        valid_from, min(valid_to, OPEN))
-    return max(_near(p, start, end) for p in periods)
+    return max(_near(p, valid_from) for p in periods)
 
 
-def _near(span: Period, start: float, end: float) -> float:
-    if start < span.end and (end > span.start or start >= span.start):
+def _near(span: Period, at: float) -> float:
+    if span.start <= at < span.end:
         return 1.0
-    distance = span.start - end if end <= span.start else start - span.end
-    return math.exp(-max(distance, 0.0) / max(span.end - span.start, MIN_SCALE))
+    distance = span.start - at if at < span.start else at - span.end
+    return math.exp(-distance / max(span.end - span.start, MIN_SCALE))
 
 
 def warm() -> None:
