@@ -108,3 +108,6 @@ def test_weights_a_request_names_both_cut_and_order_and_by_default_order_keeps_i
         {"query": "q", "weights": {"dense": 1, "keyword": 0}}))
     assert (named.dense_weight, named.keyword_weight) == (1, 0)
     assert (named.order_dense_weight, named.order_keyword_weight) == (1, 0)
+    recorded = SearchRequest(query="q").model_dump(mode="json")
+    assert recorded["weights"] is None, "a replay of the recorded request ranks the same"
+    assert _recipe(Recipe(), SearchRequest.model_validate(recorded)) == default

@@ -72,7 +72,10 @@ class SearchRequest(TimeTravel):
         "whole tenant's ecosystem layer), each with its limit. filtered without a session_id "
         "leaves session memory out")
     layers: LayerLimits = Field(default_factory=LayerLimits)
-    weights: Weights = Field(default_factory=Weights)
+    weights: Weights | None = Field(default=None, description="set both what is kept "
+                                    "(relevance) and the order; null: relevance dense 0.7, "
+                                    "keyword 0.3 (the thresholds' calibration), order dense "
+                                    "0.3, keyword 0.7 (as measured)")
     explain: bool = False
     audit: bool = Field(default=False, description="record what this call shows "
                         "(retrieval.performed), answered with its retrieval_id; also on when a "

@@ -105,7 +105,7 @@ class Semantic:
 
     def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
-        if body.weights.dense <= 0:
+        if body.weights is not None and body.weights.dense <= 0:
             done: Future[Sequence[float] | None] = Future()
             done.set_result(None)
             return done
@@ -274,11 +274,12 @@ def _named(query: str, at: Basis, recipe: Recipe, under_way: Periods | None
 
 
 def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:
-    """The recipe with the request's weights: weights a request names both cut (relevance)
-    and order; by default relevance keeps its calibrated weights and order its measured ones."""
+    """The recipe with the request's weights, which set both what is kept (relevance) and the
+    order; without any, relevance keeps its calibrated weights and the order its measured
+    ones. (A recorded request says which it was, so its replay ranks the same.)"""
+    if body.weights is None:
+        return recipe
     dense, keyword = body.weights.dense, body.weights.keyword
-    if "weights" not in body.model_fields_set:
-        return replace(recipe, dense_weight=dense, keyword_weight=keyword)
     return replace(recipe, dense_weight=dense, keyword_weight=keyword,
                    order_dense_weight=dense, order_keyword_weight=keyword)
 
