@@ -4,6 +4,7 @@ NATS intake, batch) by the same models, so errors name the same field paths ever
 The tenant is never in the body: it comes from the transport (header, credential or subject).
 """
 
+import math
 from typing import Annotated, Any, ClassVar, Literal
 from uuid import UUID
 
@@ -43,6 +44,12 @@ from memledger_schemas.types import (
 )
 
 MAX_BATCH = 1_000
+MAX_PARAMETER_LEVELS = 32
+"""How deep a retrieval's ``parameters`` may nest (a request has a few levels; the events
+store it as JSON, which cannot be written beyond some 250)."""
+VECTOR_LENGTHS = (1e-6, 1e6)
+"""The L2 norms an embedding may have: compared by direction, it is scaled to length 1 in
+32-bit floats, where a length outside these overflows or vanishes."""
 CLEAR = "kept in the clear (never sealed): must not hold personal data"
 """What the API says of a free-text field that is not sealed under a data subject's key."""
 
@@ -87,13 +94,35 @@ class CommandBase(BaseModel):
 def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
-    if isinstance(value, (tuple, list)):
-        # Numbers skipped before the call: an embedding's 384 floats took ~94 us, now ~23.
-        return any(_has_nul(v) for v in value if not isinstance(v, (int, float)))
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, BaseModel):
-        return any(_has_nul(v) for v in value.__dict__.values())
+    # Iterative, so no nesting depth the JSON parser accepts can exhaust the stack.
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, (tuple, list)):
+            # Numbers skipped before the walk: an embedding's floats are most of its cost.
+            pending.extend([v for v in item if not isinstance(v, (int, float))])
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, BaseModel):
+            pending.extend(item.__dict__.values())
+    return False
+
+
+def _nests_deeper(value: Any, levels: int) -> bool:
+    """Whether ``value`` holds objects or arrays more than ``levels`` deep."""
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, (list, tuple)) else None
+        if children is not None:
+            if depth == levels:
+                return True
+            pending.extend((child, depth + 1) for child in children)
     return False
 
 
@@ -398,6 +427,16 @@ class RecordEmbedding(Learned):
             raise ValueError(f"vector has {len(vector)} entries but dims is {dims}")
         return vector
 
+    @field_validator("vector")
+    @classmethod
+    def _vector_has_a_usable_length(cls, vector: tuple[float, ...]) -> tuple[float, ...]:
+        length = math.hypot(*vector)  # exact where a sum of squares would overflow
+        low, high = VECTOR_LENGTHS
+        if not low <= length <= high:
+            raise ValueError(f"the vector's length (L2 norm) is {length:g}; it must be between "
+                             f"{low:g} and {high:g}")
+        return vector
+
 
 class RecordEntities(Learned):
     """The entities an extractor found in one version of a memory item's content."""
@@ -450,6 +489,13 @@ class RecordRetrieval(CommandBase):
     basis: RetrievalBasis
     results: tuple[Retrieved, ...] = Field(default=(), max_length=10_000)
     policy_version: ShortText
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_are_shallow(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        if _nests_deeper(parameters, MAX_PARAMETER_LEVELS):
+            raise ValueError(f"nests deeper than {MAX_PARAMETER_LEVELS} levels")
+        return parameters
 
 
 class EraseSubject(CommandBase):

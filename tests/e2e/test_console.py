@@ -81,7 +81,7 @@ def test_an_operator_walks_an_items_history_across_record_time_with_the_slider(
         memledger: Running, browser: Any, tmp_path: Path) -> None:
     item_id, position = _history(memledger)
     httpx.get(f"{memledger.url}/v1/spaces/hr/items/{item_id}/history",
-              params={"min_position": position}, timeout=30).raise_for_status()
+              params={"min_position": position, "wait_ms": 30_000}, timeout=40).raise_for_status()
     browser.get(f"{memledger.url}/console")
     _wait(browser, "button.space[data-space='hr']")[0].click()
     _wait(browser, f"button.item[data-item='{item_id}']")[0].click()
@@ -108,9 +108,9 @@ def test_an_operator_pages_the_changes_feed_and_replays_a_retrieval(
         memledger: Running, browser: Any) -> None:
     _, position = _history(memledger)
     search = _post(memledger, "/v1/search", {"query": "where does Alice work?", "audit": True,
-                                             "min_position": position})
+                                             "min_position": position, "wait_ms": 30_000})
     httpx.get(f"{memledger.url}/v1/retrievals/{search['retrieval_id']}",
-              params={"min_position": search["retrieval_position"]},
+              params={"min_position": search["retrieval_position"], "wait_ms": 30_000},
               timeout=30).raise_for_status()
     browser.get(f"{memledger.url}/console")
     browser.find_element(By.CSS_SELECTOR, "button[data-tab='changes']").click()

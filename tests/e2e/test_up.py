@@ -18,6 +18,9 @@ from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.e2e.conftest import Running, engine_processes, start
 from tests.support import eventually_sync
 
+WAIT_MS = 30_000
+"""Reads wait this long for their position: on a loaded machine projection can lag seconds."""
+
 
 def _write_fact(url: str, content: str) -> dict[str, object]:
     httpx.post(f"{url}/v1/spaces", json={"space_id": "demo"}, timeout=10)
@@ -56,11 +59,12 @@ def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running) 
 def test_an_audited_search_is_recorded_and_replays_through_the_public_api(
         memledger: Running) -> None:
     written = _write_fact(memledger.url, "The quarterly report is due on Friday")
-    body = {"query": "quarterly report", "audit": True, "min_position": written["position"]}
-    answer = httpx.post(f"{memledger.url}/v1/search", json=body, timeout=30).json()
+    body = {"query": "quarterly report", "audit": True, "min_position": written["position"],
+            "wait_ms": WAIT_MS}
+    answer = httpx.post(f"{memledger.url}/v1/search", json=body, timeout=40).json()
     retrieval = f"{memledger.url}/v1/retrievals/{answer['retrieval_id']}"
-    record = httpx.get(retrieval, params={"min_position": answer["retrieval_position"]},
-                       timeout=10).json()
+    record = httpx.get(retrieval, params={"min_position": answer["retrieval_position"],
+                                          "wait_ms": WAIT_MS}, timeout=40).json()
     replay = httpx.post(f"{retrieval}/replay", timeout=30).json()
     assert [r["ref"] for r in record["results"]] == [h["item_id"] for h in answer["results"]]
     assert (record["query"], record["basis"]) == ("quarterly report", answer["basis"])
@@ -191,7 +195,8 @@ def test_a_write_is_readable_at_once_with_min_position_and_as_of(memledger: Runn
     item = written["ids"]["item_id"]  # type: ignore[index]
     url = f"{memledger.url}/v1/spaces/demo/items/{item}"
     position = int(str(written["position"]))
-    now = httpx.get(url, params={"min_position": position}).json()
+    now = httpx.get(url, params={"min_position": position, "wait_ms": WAIT_MS},
+                    timeout=40).json()
     assert now["item"]["content"] == "Alice works at Acme"
     before = httpx.get(url, params={"as_of_position": position - 1})
     assert before.status_code == 404

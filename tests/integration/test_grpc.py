@@ -244,10 +244,12 @@ async def test_refusals_carry_the_http_error_body_under_the_mapped_status_code(
     ("bad cursor", grpc.StatusCode.INVALID_ARGUMENT, "after"),
     ("bad limit", grpc.StatusCode.INVALID_ARGUMENT, "limit"),
     ("not yet visible", grpc.StatusCode.UNAVAILABLE, "min_position"),
+    ("never written", grpc.StatusCode.INVALID_ARGUMENT, "min_position"),
 ])
 async def test_each_refusal_names_the_field_at_fault(apis: Apis, call: str,
                                                      code: grpc.StatusCode, path: str) -> None:
     tenant = (("x-memledger-tenant", "not a tenant!"),)
+    written = await _submit(apis, "create_space", {"space_id": "written"})
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "unknown command": lambda: _submit(apis, "assert_memories", {}),
         "body not json": lambda: apis.ingest.Submit(ipb.CommandRequest(
@@ -259,6 +261,9 @@ async def test_each_refusal_names_the_field_at_fault(apis: Apis, call: str,
         "bad limit": lambda: apis.query.ListItems(qpb.ListItemsRequest(space_id=SPACE, limit=0),
                                                   metadata=apis.metadata),
         "not yet visible": lambda: apis.query.History(qpb.HistoryRequest(
+            space_id=SPACE, item_id=str(ITEM), min_position=written.position, wait_ms=0),
+            metadata=apis.metadata),
+        "never written": lambda: apis.query.History(qpb.HistoryRequest(
             space_id=SPACE, item_id=str(ITEM), min_position=10**6, wait_ms=0),
             metadata=apis.metadata),
     }
@@ -319,7 +324,8 @@ async def test_replay_exports_the_callers_events_in_order_like_the_cli(
 
 async def test_the_injected_tenant_check_sees_the_callers_credential(
         writer: GroupCommitWriter, event_store: PostgresEventStore) -> None:
-    def by_token(authorization: str | None, tenant_header: str | None) -> Principal:
+    def by_token(authorization: str | None, tenant_header: str | None,
+                 client: str | None = None) -> Principal:
         if authorization != "Bearer globex-secret":
             raise Denied(401, "unauthenticated", "unknown token", "header.Authorization")
         return Principal("globex", "write")

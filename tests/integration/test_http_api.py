@@ -11,7 +11,7 @@ from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_platform.limits import RateLimiter
+from memledger_platform.limits import RateLimiter, RateLimits
 from memledger_schemas.commands import COMMANDS
 
 
@@ -213,7 +213,8 @@ async def test_the_openapi_document_describes_every_command(api: httpx.AsyncClie
 async def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_loses_no_accepted_write(
         writer: GroupCommitWriter, event_store: PostgresEventStore) -> None:
     limiter = RateLimiter(rate=0.01, burst=4)  # four requests, then one per 100 s
-    app = create_app(writer, _healthy, "default", Gate(None, "default", limiter))
+    app = create_app(writer, _healthy, "default", Gate(None, "default",
+                                                       RateLimits(tenant=limiter)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test") as api:
         await api.post("/v1/spaces", json={"space_id": "main"})

@@ -116,7 +116,8 @@ class _FixedGate(Gate):
         super().__init__(None, TENANT)
         self.who = who
 
-    def principal(self, authorization: str | None, tenant: str | None) -> Principal:
+    def principal(self, authorization: str | None, tenant: str | None,
+                  client: str | None = None) -> Principal:
         return self.who
 
 

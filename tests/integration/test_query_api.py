@@ -374,10 +374,13 @@ async def test_a_read_at_a_position_not_yet_projected_waits_for_it_and_then_answ
 
 
 async def test_a_read_at_a_position_never_reached_gives_up_with_503_not_yet_visible(
-        api: httpx.AsyncClient, revised: tuple[int, int]) -> None:
+        api: httpx.AsyncClient, writer: GroupCommitWriter, revised: tuple[int, int]) -> None:
     _, last = revised
+    unprojected = await write(writer, c.ReviseMemory(space_id=SPACE, item_id=ITEM,
+                                                     content="red"))
     for path in (ITEM_PATH, f"/v1/spaces/{SPACE}/items", f"/v1/spaces/{SPACE}/changes"):
-        response = await api.get(path, params={"min_position": last + 1, "wait_ms": 30})
+        response = await api.get(path, params={"min_position": unprojected.position,
+                                               "wait_ms": 30})
         assert response.status_code == 503
         error = response.json()["error"]
         assert (error["code"], error["projected_position"]) == ("not_yet_visible", last)

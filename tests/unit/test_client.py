@@ -348,8 +348,8 @@ def test_a_url_no_attempt_can_reach_is_unreachable_at_once() -> None:
 
 
 def test_listings_page_with_the_cursor_they_were_given() -> None:
-    page = {"basis": BASIS, "spaces": [], "next_cursor": None}
-    agents = {"basis": BASIS, "agents": [], "next_cursor": None}
+    page: dict[str, Any] = {"basis": BASIS, "spaces": [], "next_cursor": None}
+    agents: dict[str, Any] = {"basis": BASIS, "agents": [], "next_cursor": None}
     server = Server(httpx.Response(200, json=page), httpx.Response(200, json=agents),
                     httpx.Response(200, json={"receipts": []}))
     with server.client(read_your_writes=False) as client:

@@ -59,7 +59,8 @@ class _OneKeyGate(Gate):
         super().__init__(None, None)
         self._key = key
 
-    def principal(self, authorization: str | None, tenant_header: str | None) -> Principal:
+    def principal(self, authorization: str | None, tenant_header: str | None,
+                  client: str | None = None) -> Principal:
         return self._key
 
 

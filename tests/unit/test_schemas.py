@@ -223,7 +223,7 @@ def test_a_malformed_command_is_refused(body: dict[str, Any]) -> None:
     pytest.param({"command": "record_feedback", "space_id": "notes", "item_id": ITEM,
                   "signal": "unused"}, id="signal_without_rating"),
     pytest.param(EMBEDDING, id="embedding"),
-    pytest.param(EMBEDDING | {"dims": 8_192, "vector": [0.0] * 8_192},
+    pytest.param(EMBEDDING | {"dims": 8_192, "vector": [1.0] + [0.0] * 8_191},
                  id="embedding_of_most_dims"),
     pytest.param(ENTITIES, id="entities"),
     pytest.param(ENTITIES | {"entities": []}, id="no_entities_found"),

@@ -24,13 +24,13 @@ from memledger_query.dto import (
     SpaceList,
     SpaceSummary,
 )
+from memledger_query.semantic_dto import ContextAnswer as ServerContextAnswer
 from memledger_query.semantic_dto import (
-    ContextAnswer,
     ContextEntry,
     ContextSection,
-    SearchAnswer,
     SearchHit,
 )
+from memledger_query.semantic_dto import SearchAnswer as ServerSearchAnswer
 
 __all__ = [
     "AgentList",
@@ -60,6 +60,24 @@ __all__ = [
     "SpaceSummary",
     "WriteResult",
 ]
+
+
+class Staleness(BaseModel):
+    """What a client's stale cache says of an answer it stands in with (the server never sets
+    these: ``memledger_client.degrade``)."""
+
+    stale: bool = False
+    """The answer is an earlier one, given because memledger could not answer now."""
+    stale_age_seconds: float | None = None
+    """With ``stale``: how old that answer is."""
+
+
+class SearchAnswer(ServerSearchAnswer, Staleness):
+    """``POST /v1/search``'s answer, as the client returns it."""
+
+
+class ContextAnswer(ServerContextAnswer, Staleness):
+    """``POST /v1/context``'s answer, as the client returns it."""
 
 
 class WriteResult(BaseModel):

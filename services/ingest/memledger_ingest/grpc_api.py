@@ -19,6 +19,7 @@ from memledger_ingest.problems import (
     invalid_request,
     malformed,
     refused,
+    repeated,
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
@@ -31,6 +32,7 @@ from memledger_platform.grpc_server import (
     caller,
     unary,
 )
+from memledger_platform.jsonbody import repeated_key
 from memledger_schemas.commands import BY_NAME, CommandBase, CommandBatch
 from memledger_schemas.grpc.v1 import ingest_pb2 as pb
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc
@@ -100,12 +102,16 @@ def _model(name: str, path: str) -> type[CommandBase]:
 
 def _body(request: pb.CommandRequest, prefix: str) -> dict[str, Any]:
     """The command's JSON body, with the request's idempotency key merged in."""
+    raw = (request.json_body or "{}").encode()
     try:
-        body = orjson.loads(request.json_body or "{}")
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise _refusal(malformed(f"{prefix}json_body", f"not valid JSON: {error}")) from None
     if not isinstance(body, dict):
         raise _refusal(malformed(f"{prefix}json_body", "must be a JSON object"))
+    twice = repeated_key(raw, body)
+    if twice is not None:
+        raise _refusal(repeated(prefix + twice))
     if request.HasField("idempotency_key"):
         key = body.setdefault("idempotency_key", request.idempotency_key)
         if key != request.idempotency_key:

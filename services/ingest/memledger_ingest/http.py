@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,18 +25,23 @@ from memledger_ingest.problems import (
     batch_body,
     invalid_request,
     malformed,
+    not_json,
     refused,
+    repeated,
     result_body,
     unavailable,
 )
 from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_platform import telemetry
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
+from memledger_platform.jsonbody import is_json, repeated_key
 from memledger_platform.limits import retry_after
-from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch, EraseSubject
-from memledger_schemas.types import SLUG_PATTERN
+from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
+from memledger_schemas.types import SLUG_PATTERN, ShortText
 
 BATCH_PATH = "/v1/batch"
+ERASE_PATH = "/v1/subjects/{subject_id:path}/erase"
+"""A subject id may hold a "/" (ids are the client's); sent as %2F it arrives decoded."""
 ERASURE_WAIT_SECONDS = 10.0
 """How long an erasure request waits for the read models' reports before answering (the
 receipt then says ``"complete": false``; ``memledger erase`` can wait longer)."""
@@ -64,7 +69,7 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     routes.append(Route(BATCH_PATH, _batch_route(writer, tenant_of), methods=["POST"],
                         name="batch", middleware=traced))
     if erasure is not None:
-        routes.append(Route(EraseSubject.http_path, _erase_route(erasure, tenant_of),
+        routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
                             methods=["POST"], name="erase_subject", middleware=traced))
     spec = openapi()
 
@@ -122,11 +127,12 @@ def _erase_route(erasure: Erasure, tenant_of: Resolver
                 raise HttpError(_denied(Denied(
                     403, "forbidden", "erasing a data subject needs an admin key for the "
                     "whole tenant", "header.Authorization")))
+            subject = _subject_id(request.path_params["subject_id"])
             body = await _json_body(request) if await request.body() else {}
             reason = body.get("reason")
             if reason is not None and not isinstance(reason, str):
                 raise HttpError(malformed("reason", "must be a string"))
-            receipt = await erasure.erase(principal.tenant, request.path_params["subject_id"],
+            receipt = await erasure.erase(principal.tenant, subject,
                                           reason, actor=f"key:{principal.key_id or 'local'}",
                                           wait_seconds=ERASURE_WAIT_SECONDS)
         except LegalHold as hold:
@@ -154,12 +160,12 @@ async def _submit(writer: GroupCommitWriter, principal: Principal, commands: lis
 
 def _tenant_resolver(gate: Gate) -> Resolver:
     async def tenant_of(request: Request) -> Principal:
-        headers = request.headers
+        headers, client = request.headers, request.client and request.client.host
         try:
             if gate.required:  # a key store lookup: off the event loop
                 return await asyncio.to_thread(gate.principal, headers.get("authorization"),
-                                               headers.get(TENANT_HEADER))
-            return gate.principal(None, headers.get(TENANT_HEADER))
+                                               headers.get(TENANT_HEADER), client)
+            return gate.principal(None, headers.get(TENANT_HEADER), client)
         except Denied as denied:
             raise HttpError(_denied(denied)) from None
 
@@ -190,13 +196,33 @@ def _denied(denied: Denied) -> Problem:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
+    content_type = request.headers.get("content-type")
+    if not is_json(content_type):
+        raise HttpError(not_json(str(content_type)))
+    raw = await request.body()
     try:
-        body = orjson.loads(await request.body())
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise HttpError(malformed("body", f"not valid JSON: {error}")) from None
     if not isinstance(body, dict):
         raise HttpError(malformed("body", "must be a JSON object"))
+    twice = repeated_key(raw, body)
+    if twice is not None:
+        raise HttpError(repeated(twice))
     return body
+
+
+_SUBJECT_ID = TypeAdapter(ShortText)
+"""The subject ids commands accept (``subject_id``), so any subject written can be erased."""
+
+
+def _subject_id(subject: str) -> str:
+    if "\x00" in subject:  # as the commands refuse it: PostgreSQL's text cannot hold it
+        raise HttpError(malformed("path.subject_id", "must not contain the NUL character"))
+    try:
+        return _SUBJECT_ID.validate_python(subject)
+    except ValidationError as error:
+        raise HttpError(invalid_request(error, ("path", "subject_id"))) from None
 
 
 def _merge_path(body: dict[str, Any], path: dict[str, str]) -> dict[str, Any]:
@@ -278,7 +304,9 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dic
                                       "only memledger's own services send it"),
                               ("404", "unknown space, item, session or entity"),
                               ("409", "conflict with the current version"),
+                              ("415", "a body not labelled as JSON (Content-Type)"),
                               ("422", "invalid request, with field paths"),
+                              ("429", "over a rate limit: retry after Retry-After seconds"),
                               ("503", "event store unavailable"))}}}
 
 

@@ -41,12 +41,14 @@ from memledger_ingest.problems import (
     invalid_request,
     malformed,
     refused,
+    repeated,
     result_body,
 )
 from memledger_ingest.writer import GroupCommitWriter, Rejected
 from memledger_platform import logs, telemetry
 from memledger_platform.auth import Principal
 from memledger_platform.bus import fetch_ready
+from memledger_platform.jsonbody import repeated_key
 from memledger_schemas.commands import BY_NAME, CommandBase
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
@@ -222,4 +224,7 @@ def _body(msg: Msg) -> dict[str, Any]:
         raise _Poison(malformed("body", f"not valid JSON: {error}")) from None
     if not isinstance(body, dict):
         raise _Poison(malformed("body", "must be a JSON object"))
+    twice = repeated_key(msg.data, body)
+    if twice is not None:
+        raise _Poison(repeated(twice))
     return body

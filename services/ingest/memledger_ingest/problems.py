@@ -42,6 +42,18 @@ def malformed(path: str, reason: str) -> Problem:
                                                                     "reason": reason},))
 
 
+def repeated(path: str) -> Problem:
+    """422 for a key an object of the body holds twice (parsers differ on which value wins)."""
+    return malformed(path, "this key appears twice in one JSON object; send it once")
+
+
+def not_json(content_type: str) -> Problem:
+    """415 for a body labelled as something other than JSON."""
+    reason = f"{content_type!r} is not JSON: send the body as application/json"
+    return Problem(415, "unsupported_media_type", reason,
+                   ({"path": "header.Content-Type", "reason": reason},))
+
+
 def refused(error: Rejected | DomainError, batch: bool = False) -> Problem:
     """The response for a command refused by the domain (``batch``: say which command)."""
     index = error.index if isinstance(error, Rejected) else 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from memledger_platform.limits import RateLimiter
+from memledger_platform.limits import Exceeded, RateLimits, retry_after
 from memledger_schemas.types import SLUG_PATTERN
 
 Role = Literal["read", "write", "admin"]
@@ -30,6 +30,9 @@ _RANK = {role: rank for rank, role in enumerate(ROLES)}
 _TOKEN = re.compile(r"^mlk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 _TENANT = re.compile(SLUG_PATTERN)
 TENANT_HEADER = "X-Memledger-Tenant"
+_RATE_SETTINGS = {"tenant": "MEMLEDGER_RATE_LIMIT_PER_SECOND",
+                  "key": "MEMLEDGER_RATE_LIMIT_PER_KEY_PER_SECOND",
+                  "address": "MEMLEDGER_RATE_LIMIT_UNAUTHENTICATED_PER_SECOND"}
 
 
 @dataclass(frozen=True)
@@ -145,32 +148,39 @@ class Gate:
     """Turns a request's credentials into a ``Principal`` and checks what it asks for."""
 
     def __init__(self, keys: KeyStore | None, default_tenant: str | None,
-                 limiter: RateLimiter | None = None) -> None:
+                 limits: RateLimits | None = None) -> None:
         self._keys = keys
         self._default = default_tenant
-        self._limiter = limiter
+        self._limits = limits or RateLimits()
 
     @property
     def required(self) -> bool:
         return self._keys is not None
 
-    def principal(self, authorization: str | None, tenant_header: str | None) -> Principal:
-        """The caller, once per request: this also takes the request from the tenant's rate."""
+    def principal(self, authorization: str | None, tenant_header: str | None,
+                  client: str | None = None) -> Principal:
+        """The caller, once per request: this also takes the request from its tenant's and its
+        key's rates. A request without a valid key takes from its client address's (``client``,
+        when known), and an address with none left is refused before its key is looked up."""
+        _refuse_over(self._limits.address_blocked(client))
         if self._keys is None:
             found = Principal(_open_tenant(tenant_header, self._default), "admin",
                               internal=True)
         else:
-            record = self._record(authorization)
+            record = self._known(authorization, client)
             if tenant_header is not None and tenant_header != record.tenant:
                 raise Denied(403, "forbidden", f"this key belongs to another tenant than "
                              f"{tenant_header!r}", f"header.{TENANT_HEADER}")
             found = Principal(record.tenant, record.role, record.spaces, record.key_id)
-        wait = self._limiter.wait(found.tenant) if self._limiter else 0.0
-        if wait > 0:
-            raise Denied(429, "rate_limited", f"tenant {found.tenant!r} is over its request "
-                         f"rate; retry in {wait:.2f} s (MEMLEDGER_RATE_LIMIT_PER_SECOND)",
-                         "header.Authorization", retry_after=wait)
+        _refuse_over(self._limits.admit(found.tenant, found.key_id))
         return found
+
+    def _known(self, authorization: str | None, client: str | None) -> KeyRecord:
+        try:
+            return self._record(authorization)
+        except Denied:
+            self._limits.failed(client)
+            raise
 
     def _record(self, authorization: str | None) -> KeyRecord:
         assert self._keys is not None
@@ -202,6 +212,17 @@ def require(principal: Principal, role: Role, spaces: Iterable[str] = (), *,
     if hidden:
         raise Denied(403, "forbidden", f"this key has no grant for space(s) "
                      f"{', '.join(map(repr, hidden))}", path)
+
+
+def _refuse_over(exceeded: Exceeded | None) -> None:
+    if exceeded is None:
+        return
+    who = {"tenant": f"tenant {exceeded.name!r} is over its request rate",
+           "key": f"API key {exceeded.name} is over its request rate",
+           "address": f"{exceeded.name} sent too many requests without a valid API key"}
+    raise Denied(429, "rate_limited", f"{who[exceeded.scope]}; retry in "
+                 f"{retry_after(exceeded.seconds)} s ({_RATE_SETTINGS[exceeded.scope]})",
+                 "header.Authorization", retry_after=exceeded.seconds)
 
 
 def _open_tenant(header: str | None, default: str | None) -> str:

@@ -96,13 +96,13 @@ class OpenGate:
 def open_gate(settings: Settings, dsn: str) -> OpenGate:
     """API keys checked against PostgreSQL when authentication is required, else an open
     gate (tenant from the header or the default tenant)."""
-    limiter = settings.rate_limiter
+    limits = settings.rate_limits
     if not settings.auth_required:
-        return OpenGate(Gate(None, settings.tenant_fallback, limiter))
+        return OpenGate(Gate(None, settings.tenant_fallback, limits))
     pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=1, max_size=4, open=True,
                                                kwargs={"autocommit": True})
     return OpenGate(Gate(PostgresKeyStore(pool, settings.postgres_schema),
-                         settings.tenant_fallback, limiter), pool)
+                         settings.tenant_fallback, limits), pool)
 
 
 def ensure_local_admin(settings: Settings, dsn: str, key_file: Path) -> str | None:

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 import orjson
@@ -33,11 +33,21 @@ STATUS_CODES: dict[int, grpc.StatusCode] = {
 _BY_ERROR_CODE = {"refused": grpc.StatusCode.FAILED_PRECONDITION}
 """Error codes whose HTTP status is too coarse (a 400 a retry with other input cannot fix)."""
 
-TenantResolver = Callable[[str | None, str | None], str]
-"""``resolve_tenant(authorization, tenant_header) -> tenant``: the credential as sent
-(``Bearer mlk_…``) and the tenant the caller names; raises ``Denied`` (401, 403 or 422)."""
-PrincipalResolver = Callable[[str | None, str | None], Principal]
-"""The same, answering the whole caller (its role and key, for a servicer that needs them)."""
+Who_co = TypeVar("Who_co", covariant=True)
+
+
+class Resolver(Protocol[Who_co]):
+    def __call__(self, authorization: str | None, tenant_header: str | None,
+                 client: str | None = None) -> Who_co:
+        """The caller of a call from the credential as sent (``Bearer mlk_…``), the tenant the
+        caller names and its address (``None``: unknown); raises ``Denied`` (401, 403, 422 or
+        429)."""
+
+
+TenantResolver = Resolver[str]
+"""Answers the caller's tenant."""
+PrincipalResolver = Resolver[Principal]
+"""Answers the whole caller (its role and key, for a servicer that needs them)."""
 
 RpcContext = grpc.aio.ServicerContext[Any, Any]
 Register = Callable[[grpc.aio.Server], None]
@@ -73,8 +83,9 @@ def principal_resolver(gate: Gate, role: Role = "read") -> PrincipalResolver:
     """The caller check of a servicer whose calls need ``role``: the same gate as HTTP (an open
     gate takes the tenant metadata or the default tenant and ignores the credential). Keys
     limited to some spaces are refused: the servicers do not check space grants yet."""
-    def resolve(authorization: str | None, tenant_header: str | None) -> Principal:
-        principal = gate.principal(authorization, tenant_header)
+    def resolve(authorization: str | None, tenant_header: str | None,
+                client: str | None = None) -> Principal:
+        principal = gate.principal(authorization, tenant_header, client)
         require(principal, role)
         if principal.spaces is not None:
             raise Denied(403, "forbidden", "keys limited to some spaces are not accepted over "
@@ -89,25 +100,36 @@ def tenant_resolver(gate: Gate, role: Role = "read") -> TenantResolver:
     """``principal_resolver``, answering the tenant only."""
     resolve = principal_resolver(gate, role)
 
-    def resolve_tenant(authorization: str | None, tenant_header: str | None) -> str:
-        return resolve(authorization, tenant_header).tenant
+    def resolve_tenant(authorization: str | None, tenant_header: str | None,
+                       client: str | None = None) -> str:
+        return resolve(authorization, tenant_header, client).tenant
 
     return resolve_tenant
 
 
-async def caller(context: RpcContext,
-                 resolve_tenant: Callable[[str | None, str | None], Who]) -> Who:
+async def caller(context: RpcContext, resolve_tenant: Resolver[Who]) -> Who:
     """The caller of a call (its tenant, or its principal: what ``resolve_tenant`` answers),
-    from its ``authorization`` and ``x-memledger-tenant`` metadata (the check may read a key
-    store: it runs off the event loop)."""
+    from its ``authorization`` and ``x-memledger-tenant`` metadata and its peer address (the
+    check may read a key store: it runs off the event loop)."""
     metadata = {key: value for key, value in context.invocation_metadata() or ()
                 if isinstance(value, str)}
     try:
         return await asyncio.to_thread(resolve_tenant, metadata.get("authorization"),
-                                       metadata.get(TENANT_METADATA))
+                                       metadata.get(TENANT_METADATA),
+                                       client_address(context.peer()))
     except Denied as denied:
+        extra = {} if denied.retry_after is None else {"retry_after_seconds": denied.retry_after}
         raise refusal(denied.status, denied.code, denied.message,
-                      _metadata_path(denied.path)) from None
+                      _metadata_path(denied.path), **extra) from None
+
+
+def client_address(peer: str) -> str | None:
+    """The caller's address in a gRPC peer (``ipv4:10.0.0.1:5555``, ``ipv6:[::1]:5555``),
+    without its port; any other kind of peer as it is."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rpartition(":")[0].strip("[]") or None
+    return peer or None
 
 
 def unary(handler: Callable[[S, Req, RpcContext], Awaitable[Resp]]

@@ -1,10 +1,12 @@
-"""Limits on what one request, and one tenant, may ask: body size, time, and rate.
+"""Limits on what one request, and one caller, may ask: body size, time, and rate.
 
 - ``RequestLimits`` (ASGI middleware): a body larger than ``max_body_bytes`` is refused with 413
   before it is read in full; a request not answered within ``timeout_seconds`` gets 504. A
   write the timeout cut short is still committed if it was accepted: a retry with the same
   idempotency key returns its result (nothing accepted is lost, nothing is applied twice).
-- ``RateLimiter``: a token bucket per tenant; an empty bucket means 429 with ``Retry-After``.
+- ``RateLimiter``: a token bucket per name; ``RateLimits``: the buckets a request is held to
+  (its tenant's, its API key's, and for a request without a valid key its client address's).
+  An empty bucket means 429 with ``Retry-After``.
 """
 
 import asyncio
@@ -12,31 +14,107 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
 class RateLimiter:
-    """``rate`` requests per second per tenant, bursts up to ``burst``."""
+    """``rate`` requests per second per name (a tenant, a key, an address), bursts up to
+    ``burst``. A bucket that is full again is forgotten, so idle names cost no memory."""
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
                  ) -> None:
-        self._rate, self._burst, self._clock = rate, burst, clock
+        self.rate, self.burst, self._clock = rate, burst, clock
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()  # the gate runs in worker threads too
 
-    def wait(self, tenant: str) -> float:
+    def wait(self, name: str) -> float:
         """Take one token: 0.0 if there was one, else the seconds until there will be."""
-        now = self._clock()
         with self._lock:
-            tokens, then = self._buckets.get(tenant, (self._burst, now))
-            tokens = min(self._burst, tokens + (now - then) * self._rate)
+            tokens, now = self._refilled(name)
             if tokens >= 1.0:
-                self._buckets[tenant] = (tokens - 1.0, now)
+                self._buckets[name] = (tokens - 1.0, now)
                 return 0.0
-            self._buckets[tenant] = (tokens, now)
-            return (1.0 - tokens) / self._rate
+            self._buckets[name] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+
+    def pending(self, name: str) -> float:
+        """The seconds until ``name`` has a token (0.0: it has one now); takes nothing."""
+        with self._lock:
+            tokens, _ = self._refilled(name)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def _refilled(self, name: str) -> tuple[float, float]:
+        now = self._clock()
+        tokens, then = self._buckets.get(name, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        if tokens >= self.burst:
+            self._buckets.pop(name, None)
+        return tokens, now
+
+
+LimitScope = Literal["tenant", "key", "address"]
+
+
+@dataclass(frozen=True)
+class Exceeded:
+    """The limit in a request's way: whose, and the seconds until it has room."""
+
+    scope: LimitScope
+    name: str
+    seconds: float
+
+
+_Held = tuple[LimitScope, RateLimiter, str]
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """The rates a request is held to, each off when ``None``: its tenant's and its API key's
+    (both must have room, and a refused request takes from neither, so one key can use at most
+    its own allowance of its tenant's), and, for a request without a valid API key, its client
+    address's."""
+
+    tenant: RateLimiter | None = None
+    key: RateLimiter | None = None
+    address: RateLimiter | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def admit(self, tenant: str, key_id: str | None) -> Exceeded | None:
+        """Take one request from the tenant's and the key's allowance, or from neither if
+        either is used up: then the one with the longer wait."""
+        held = self._held(tenant, key_id)
+        with self._lock:
+            waits = [Exceeded(scope, name, limiter.pending(name)) for scope, limiter, name in held]
+            worst = max(waits, key=lambda w: w.seconds, default=None)
+            if worst is not None and worst.seconds > 0:
+                return worst
+            for _, limiter, name in held:
+                limiter.wait(name)
+        return None
+
+    def _held(self, tenant: str, key_id: str | None) -> list[_Held]:
+        held: list[_Held] = []
+        if self.tenant is not None:
+            held.append(("tenant", self.tenant, tenant))
+        if self.key is not None and key_id is not None:
+            held.append(("key", self.key, key_id))
+        return held
+
+    def address_blocked(self, address: str | None) -> Exceeded | None:
+        """Whether ``address`` has used up its allowance of requests without a valid key."""
+        if self.address is None or address is None:
+            return None
+        seconds = self.address.pending(address)
+        return Exceeded("address", address, seconds) if seconds > 0 else None
+
+    def failed(self, address: str | None) -> None:
+        """A request from ``address`` carried no valid API key: it takes from its allowance."""
+        if self.address is not None and address is not None:
+            self.address.wait(address)
 
 
 class RequestLimits:
@@ -114,4 +192,5 @@ async def _problem(send: Send, status: int, code: str, message: str, path: str |
 
 
 def retry_after(seconds: float) -> str:
+    """A ``Retry-After`` value: whole seconds, at least 1 (a sooner retry would be refused)."""
     return str(max(1, math.ceil(seconds)))

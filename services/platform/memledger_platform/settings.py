@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memledger_platform.limits import RateLimiter
+from memledger_platform.limits import RateLimiter, RateLimits
 from memledger_schemas.subjects import Subjects
 from memledger_schemas.types import Slug
 
@@ -65,6 +65,18 @@ class Settings(BaseSettings):
                                          "second per tenant; 0 turns the limit off")
     rate_limit_burst: float = Field(default=10_000.0, ge=1, description="requests a tenant may "
                                     "make at once above its rate")
+    rate_limit_per_key_per_second: float | None = Field(
+        default=None, ge=0, description="requests per second per API key, at most the "
+        "tenant's (unset: half of it, so no one key uses up its tenant's allowance); 0 off")
+    rate_limit_per_key_burst: float | None = Field(
+        default=None, ge=1, description="requests a key may make at once above its rate "
+        "(unset: half the tenant's burst)")
+    rate_limit_unauthenticated_per_second: float = Field(
+        default=10.0, ge=0, description="requests per second per client address that carry "
+        "no valid API key (answered 401; past it, 429 for every request from there); 0 off")
+    rate_limit_unauthenticated_burst: float = Field(
+        default=50.0, ge=1, description="such requests an address may send at once above its "
+        "rate")
     master_key: SecretStr | None = Field(
         default=None, description="base64 of 32 random bytes: wraps the data subjects' keys "
         "(personal data is sealed only when set; `memledger up` makes one under its home)")
@@ -141,6 +153,15 @@ class Settings(BaseSettings):
         "sent there; unset: none are recorded")
 
     @model_validator(mode="after")
+    def _a_key_within_its_tenant(self) -> "Settings":
+        key, tenant = self.rate_limit_per_key_per_second, self.rate_limit_per_second
+        if key and tenant and key > tenant:
+            raise ValueError(f"MEMLEDGER_RATE_LIMIT_PER_KEY_PER_SECOND ({key:g}) must not exceed "
+                             f"MEMLEDGER_RATE_LIMIT_PER_SECOND ({tenant:g}): one key could "
+                             "then use its tenant's whole allowance")
+        return self
+
+    @model_validator(mode="after")
     def _distributed_needs_endpoints(self) -> "Settings":
         if self.mode == "distributed":
             missing = [name for name in ("postgres_dsn", "nats_url") if not getattr(self, name)]
@@ -165,10 +186,16 @@ class Settings(BaseSettings):
         return None if self.master_key is None else _master_bytes(self.master_key)
 
     @property
-    def rate_limiter(self) -> "RateLimiter | None":
-        if self.rate_limit_per_second <= 0:
-            return None
-        return RateLimiter(self.rate_limit_per_second, self.rate_limit_burst)
+    def rate_limits(self) -> RateLimits:
+        """A fresh set of buckets (one per process that answers requests)."""
+        tenant_rate, tenant_burst = self.rate_limit_per_second, self.rate_limit_burst
+        key_rate = self.rate_limit_per_key_per_second
+        key_burst = self.rate_limit_per_key_burst or max(1.0, tenant_burst / 2)
+        return RateLimits(
+            tenant=_limiter(tenant_rate, tenant_burst),
+            key=_limiter(tenant_rate / 2 if key_rate is None else key_rate, key_burst),
+            address=_limiter(self.rate_limit_unauthenticated_per_second,
+                             self.rate_limit_unauthenticated_burst))
 
     @property
     def auth_required(self) -> bool:
@@ -187,6 +214,10 @@ class Settings(BaseSettings):
         if self.default_tenant is not None:
             return self.default_tenant
         return "default" if self.mode == "embedded" else None
+
+
+def _limiter(rate: float, burst: float) -> RateLimiter | None:
+    return RateLimiter(rate, burst) if rate > 0 else None
 
 
 def _master_bytes(secret: SecretStr) -> bytes:

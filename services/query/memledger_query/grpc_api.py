@@ -41,6 +41,7 @@ from memledger_query.http import (
     _items,
     _needs,
     _uuid,
+    within_head,
 )
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.semantic_dto import (
@@ -122,6 +123,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     async def GetItem(self, request: pb.GetItemRequest, context: RpcContext) -> pb.ItemAnswer:
         tenant, p = await caller(context, self._resolve_tenant), _params(ItemParams, request)
         with _refusing():
+            await self._within_head(p)
             item, when = _uuid(p.item_id, "item_id"), p.valid_at or datetime.now(UTC)
             if p.source == "replay":
                 at, folded = await asyncio.to_thread(replay.basis, self._store, tenant, when,
@@ -142,6 +144,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     async def ListItems(self, request: pb.ListItemsRequest, context: RpcContext) -> pb.ItemList:
         tenant, p = await caller(context, self._resolve_tenant), _params(ListParams, request)
         with _refusing():
+            await self._within_head(p)
             filters = {"kinds": p.kinds or None, "tags": p.tags or None,
                        "include_archived": p.include_archived,
                        "session_id": p.session_id and _uuid(p.session_id, "session_id"),
@@ -159,6 +162,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     async def History(self, request: pb.HistoryRequest, context: RpcContext) -> pb.ItemHistory:
         tenant, p = await caller(context, self._resolve_tenant), _params(HistoryParams, request)
         with _refusing():
+            await self._within_head(p)
             item = _uuid(p.item_id, "item_id")
             found = await self._read(_needs(p.min_position, p.as_of_position), p.wait_ms,
                                      _history, tenant, p.space_id, item, p.as_of_position)
@@ -192,11 +196,13 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
         tenant, p = await caller(context, self._resolve_tenant), _params(ChangesParams, request)
         with _refusing():
             after = _cursor(p.after)
+            await self._within_head(p)
             await self._wait(p.min_position, p.wait_ms)
         caught_up = False
         while True:
-            page = await asyncio.to_thread(self._reader.run, _changes, tenant, p.space_id,
-                                           p.since, after, p.limit)
+            with _refusing():  # a space that does not exist is NOT_FOUND
+                page = await asyncio.to_thread(self._reader.run, _changes, tenant, p.space_id,
+                                               p.since, after, p.limit)
             full = len(page.changes) == p.limit
             if page.changes or not caught_up:
                 yield _message(page, pb.ChangePage())
@@ -230,6 +236,11 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
                 break
         chunk.through_position = after
         yield chunk
+
+    async def _within_head(self, p: TimeTravel | ChangesParams) -> None:
+        await within_head(self._reader, "", {
+            "as_of_position": getattr(p, "as_of_position", None),
+            "min_position": p.min_position})
 
     async def _wait(self, min_position: int | None, wait_ms: int) -> None:
         try:

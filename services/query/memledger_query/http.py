@@ -11,10 +11,11 @@ import asyncio
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import parse_qsl
 from uuid import UUID
 
 import orjson
@@ -22,6 +23,7 @@ import psycopg
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BaseModel
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
+from memledger_platform.jsonbody import is_json, repeated_key
 from memledger_platform.limits import retry_after
 from memledger_query import replay, views
 from memledger_query.dto import (
@@ -61,6 +64,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "no API key, or an unknown or revoked one"),
         (403, "the key's role or space grants do not allow it"),
         (404, "unknown space, item or session (including another tenant's)"),
+        (415, "a body that is not labelled as JSON (Content-Type)"),
+        (429, "over a rate limit: retry after Retry-After seconds"),
         (503, "not_yet_visible: the read models did not reach min_position within wait_ms; "
               "audit_failed: an audited search or context call could not be recorded"))}
 """Documented on every route (found missing by schemathesis: the app answered them, the
@@ -105,10 +110,12 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     """The query app (``gate``: API keys; without one, authentication is off)."""
     app = FastAPI(title="memledger query", version="1", openapi_url="/v1/query/openapi.json",
                   docs_url=None, redoc_url=None, responses=ERROR_RESPONSES)
+    app.router.route_class = _JsonBodyRoute  # before any route is added
     _errors(app)
     # Plain ASGI middleware: the decorator kind (BaseHTTPMiddleware) runs the rest of the
     # request in a task group of its own and streams the response through a queue, a
     # measurable part of a 15 ms search. The last added runs first.
+    app.add_middleware(_WithinHead, reader=reader)
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
@@ -139,6 +146,74 @@ class _LagHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_lag)
+
+
+class _JsonBodyRoute(APIRoute):
+    """A route that takes a body takes JSON: another ``Content-Type`` is 415, and a key given
+    twice in one object 422 naming it, both before FastAPI parses the body."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+        if self.body_field is None:
+            return handle
+
+        async def checked(request: Request) -> Response:
+            problem = await _body_problem(request)
+            return problem.response() if problem else await handle(request)
+
+        return checked
+
+
+async def _body_problem(request: Request) -> Problem | None:
+    content_type = request.headers.get("content-type")
+    if not is_json(content_type):
+        return Problem(415, "unsupported_media_type", f"{content_type!r} is not JSON: send the "
+                       "body as application/json", "header.Content-Type")
+    raw = await request.body()  # kept by the request: FastAPI parses the same bytes
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None  # FastAPI refuses it in its own words
+    twice = repeated_key(raw, parsed)
+    return None if twice is None else Problem(
+        422, "invalid_request", "this key appears twice in one JSON object; send it once",
+        f"body.{twice}")
+
+
+POSITIONS = ("as_of_position", "min_position")
+"""The parameters that name a position of the event store."""
+
+
+async def within_head(reader: Reader, prefix: str, positions: dict[str, int | None]) -> None:
+    """``Problem`` (422 naming the field, with ``committed_position``) for a position no write
+    has reached: waiting for it could only time out. Positions a write returned were committed
+    before it answered, so one that is merely not projected yet still waits."""
+    for name, position in positions.items():
+        head = None if position is None else await reader.beyond_head(position)
+        if head is not None:
+            raise Problem(422, "invalid_request", f"position {position} has not been written: "
+                          f"the last committed position is {head}", f"{prefix}{name}",
+                          committed_position=head)
+
+
+class _WithinHead:
+    """``within_head`` for the positions in a request's query string (an invalid one is left
+    to the route's validation)."""
+
+    def __init__(self, app: ASGIApp, reader: Reader) -> None:
+        self.app, self.reader = app, reader
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            asked: dict[str, int | None] = {
+                name: int(value) for name, value in parse_qsl(scope["query_string"].decode(
+                    "latin-1")) if name in POSITIONS and value.isascii() and value.isdigit()}
+            try:
+                await within_head(self.reader, "query.", asked)
+            except Problem as problem:
+                await problem.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _errors(app: FastAPI) -> None:
@@ -231,11 +306,11 @@ class _Authenticate:
 
 
 async def _resolve(gate: Gate, request: Request) -> Principal:
-    headers = request.headers
+    headers, client = request.headers, request.client and request.client.host
     if gate.required:  # a key store lookup: off the event loop
         return await asyncio.to_thread(gate.principal, headers.get("authorization"),
-                                       headers.get(TENANT_HEADER))
-    return gate.principal(None, headers.get(TENANT_HEADER))
+                                       headers.get(TENANT_HEADER), client)
+    return gate.principal(None, headers.get(TENANT_HEADER), client)
 
 
 def _routes(app: FastAPI, reader: Reader, store: EventStore, default: str | None,
@@ -387,7 +462,9 @@ def _item(conn: Any, s: str, tenant: str, space: str, item: str, when: datetime,
 def _items(conn: Any, s: str, tenant: str, space: str, when: datetime, position: int | None,
            recorded_at: datetime | None, filters: dict[str, Any]) -> tuple[Basis, Any]:
     at = views.basis(conn, s, when, position, recorded_at)
-    return at, views.items(conn, s, tenant, space, at, **filters)
+    found = views.items(conn, s, tenant, space, at, **filters)
+    known_space(conn, s, tenant, space, empty=not found)
+    return at, found
 
 
 def _history(conn: Any, s: str, tenant: str, space: str, item: str, position: int | None
@@ -401,6 +478,8 @@ def _changes(conn: Any, s: str, tenant: str, space: str | None, since: datetime 
     position, _ = views.checkpoint(conn, s)
     found = views.changes_after(conn, s, tenant, space, after_position=after, since=since,
                                 limit=limit)
+    if space is not None:
+        known_space(conn, s, tenant, space, empty=not found)
     last = found[-1].position if found else max(after, position if since is None else after)
     return ChangePage(changes=found, next_cursor=encode_cursor(last), position=position)
 
@@ -413,8 +492,17 @@ def _conversation(conn: Any, s: str, tenant: str, space: str, session: str,
 
 def _graph(conn: Any, s: str, tenant: str, space: str, when: datetime, position: int | None,
            recorded_at: datetime | None) -> Graph:
-    return views.graph(conn, s, tenant, space, views.basis(conn, s, when, position,
-                                                           recorded_at))
+    found = views.graph(conn, s, tenant, space, views.basis(conn, s, when, position,
+                                                            recorded_at))
+    known_space(conn, s, tenant, space, empty=not (found.entities or found.relations))
+    return found
+
+
+def known_space(conn: Any, s: str, tenant: str, space: str, *, empty: bool) -> None:
+    """An empty answer about a space the tenant does not have is 404, not an empty list
+    (looked up only for an empty answer, so other reads pay nothing for it)."""
+    if empty and not views.space_exists(conn, s, tenant, space):
+        raise Problem(404, "not_found", f"space {space!r} not found")
 
 
 def _neighbours(conn: Any, s: str, tenant: str, space: str, entity: str, depth: int,

@@ -22,6 +22,7 @@ from memledger_query.http import (
     WaitMs,
     _json,
     _uuid,
+    known_space,
     read_visible,
 )
 from memledger_query.http import principal as _principal
@@ -76,12 +77,14 @@ def _chain(conn: Any, s: str, tenant: str, space: str, item: str, position: int 
 def _policies(conn: Any, s: str, tenant: str, space: str, position: int | None
               ) -> PolicyHistory:
     at = _basis(conn, s, position)
-    return PolicyHistory(basis=at, space_id=space,
-                         versions=lifecycle_views.policies(conn, s, tenant, space, at))
+    versions = lifecycle_views.policies(conn, s, tenant, space, at)
+    known_space(conn, s, tenant, space, empty=not versions)
+    return PolicyHistory(basis=at, space_id=space, versions=versions)
 
 
 def _suggestions(conn: Any, s: str, tenant: str, space: str, position: int | None, limit: int
                  ) -> MergeSuggestions:
     at = _basis(conn, s, position)
-    return MergeSuggestions(basis=at, space_id=space, suggestions=lifecycle_views.
-                            merge_suggestions(conn, s, tenant, space, at, limit))
+    found = lifecycle_views.merge_suggestions(conn, s, tenant, space, at, limit)
+    known_space(conn, s, tenant, space, empty=not found)
+    return MergeSuggestions(basis=at, space_id=space, suggestions=found)

@@ -43,6 +43,7 @@ class Reader:
         self._wake: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
+        self._head = 0
 
     @property
     def base_schema(self) -> str:
@@ -81,13 +82,27 @@ class Reader:
         if now - self._lag[0] < _LAG_SECONDS:
             return
         projected = read_checkpoint(conn, s).position
+        committed = self._committed(conn, s)
+        self._lag = (now, projected, max(0, committed - projected))
+
+    def _committed(self, conn: Any, s: str) -> int:
         row = conn.execute(sql.SQL("SELECT max(notification_id) FROM {}.{}").format(
             sql.Identifier(self._names.base), sql.Identifier(EVENTS_TABLE))).fetchone()
         committed = int(row[0] or 0) if row else 0
-        self._lag = (now, projected, max(0, committed - projected))
+        self._head = max(self._head, committed)
+        return committed
 
     def position(self) -> int:
         return self.run(lambda conn, s: read_checkpoint(conn, s).position)
+
+    async def beyond_head(self, position: int) -> int | None:
+        """``None`` if the event store has committed ``position``, else the last position it
+        has committed. The store is asked only about a position past the last one seen there
+        (positions only grow), so a read-your-writes read costs one lookup at most."""
+        if position <= self._head:
+            return None
+        await asyncio.to_thread(self.run, self._committed)
+        return None if position <= self._head else self._head
 
     async def wait_for(self, position: int | None, wait_ms: int) -> None:
         """Return once the projection has reached ``position``; ``NotYetVisible`` after

@@ -134,11 +134,6 @@ class SearchAnswer(Frozen):
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
     """When audited: the position of its record (read it back with ``min_position``)."""
-    stale: bool = False
-    """Set by a client answering from its stale cache while memledger could not answer (the
-    server never sets it)."""
-    stale_age_seconds: float | None = None
-    """With ``stale``: how old the cached answer is."""
 
 
 class ContextShares(Strict):
@@ -188,8 +183,3 @@ class ContextAnswer(Frozen):
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
     """When audited: the position of its record (read it back with ``min_position``)."""
-    stale: bool = False
-    """Set by a client answering from its stale cache while memledger could not answer (the
-    server never sets it)."""
-    stale_age_seconds: float | None = None
-    """With ``stale``: how old the cached answer is."""

@@ -32,7 +32,7 @@ from memledger_query import (
     when,
 )
 from memledger_query.dto import Basis
-from memledger_query.http import Problem, Tenant, _json, principal
+from memledger_query.http import Problem, Tenant, _json, principal, within_head
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.recorder import NoRecorder, Recorder
@@ -195,6 +195,8 @@ def _allowed(who: Principal, spaces: Sequence[str], path: str) -> None:
 
 async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
     """Wait for the index to reach what the request names, then fix the basis."""
+    await within_head(semantic.reader, "body.", {"as_of_position": body.as_of_position,
+                                                 "min_position": body.min_position})
     wanted = max([p for p in (body.min_position, body.as_of_position) if p is not None],
                  default=None)
     if wanted is not None and not await semantic.progress.wait_for(wanted, body.wait_ms / 1000):

@@ -49,6 +49,12 @@ def checkpoint(conn: Connection[Any], s: str) -> tuple[int, datetime | None]:
     return int(row[0]), row[1]
 
 
+def space_exists(conn: Connection[Any], s: str, tenant: str, space: str) -> bool:
+    row = conn.execute(sql.SQL("SELECT 1 FROM {}.spaces WHERE tenant_id = %s AND space_id = %s"
+                               ).format(sql.Identifier(s)), (tenant, space)).fetchone()
+    return row is not None
+
+
 def basis(conn: Connection[Any], s: str, valid_at: datetime, position: int | None,
           recorded_at: datetime | None) -> Basis:
     """The basis of a read: an explicit position, the last position recorded at or before
