@@ -27,6 +27,7 @@ reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
 SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
+"""The feedback of the given item ids (as of the search's basis), by item id."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,6 @@ class Rerank:
 
     reranker: Reranker
     depth: int
-"""The feedback of the given item ids (as of the search's basis), by item id."""
 
 
 @dataclass(frozen=True)
