@@ -5,7 +5,7 @@ stopped), and counted per write, so a write found twice is as visible as one not
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ class Copies:
     """How often each thing was found in each place."""
 
     by_key: dict[str, Counter[str]] = field(default_factory=dict)
-    """place → counts by idempotency key (store, stream)."""
+    """place → counts by idempotency key as stored (store, stream)."""
     by_event: dict[str, Counter[str]] = field(default_factory=dict)
     """place → counts by event id (stream, changes)."""
     by_item: dict[str, Counter[str]] = field(default_factory=dict)
@@ -46,6 +46,8 @@ class Copies:
     store_events: dict[int, str] = field(default_factory=dict)
     """Event type by position, of every event in the store (the enricher's too)."""
     changes_positions: set[int] = field(default_factory=set)
+    stored_key: Callable[[str], str] = str
+    """How the event store holds an idempotency key (a keyed digest, with a master key)."""
 
     def not_projected(self) -> dict[int, str]:
         """Events of the store without their row in the changes feed of the PostgreSQL
@@ -55,20 +57,21 @@ class Copies:
     def count(self, place: str, key: str, event_id: str, item_id: str) -> int:
         """Copies of one acknowledged write in ``place``."""
         if place == "store":
-            return self.by_key["store"][key]
+            return self.by_key["store"][self.stored_key(key)]
         if place in ("stream", "changes"):
             return self.by_event[place][event_id]
         return self.by_item[place][item_id]
 
     def anywhere(self, key: str, item_id: str) -> list[str]:
         """The places a refused write was found in (none, if all is well)."""
-        found = [p for p, counts in self.by_key.items() if counts[key]]
+        found = [p for p, counts in self.by_key.items() if counts[self.stored_key(key)]]
         return found + [p for p, counts in self.by_item.items() if item_id and counts[item_id]]
 
 
-def read_copies(dsn: str, nats_url: str, home: Path, items: set[str]) -> Copies:
+def read_copies(dsn: str, nats_url: str, home: Path, items: set[str],
+                stored_key: Callable[[str], str] = str) -> Copies:
     """Every copy; the vector index is read for ``items`` and every item the store holds."""
-    copies = Copies()
+    copies = Copies(stored_key=stored_key)
     _read_store(dsn, copies)
     asyncio.run(_read_stream(nats_url, copies))
     _read_models(dsn, copies)

@@ -26,6 +26,7 @@ from typing import Literal
 import httpx
 import psutil
 
+from memledger_platform.crypto import digest_secret, keyed_digest
 from memledger_platform.engines import (
     EmbeddedNats,
     EmbeddedPostgres,
@@ -56,6 +57,8 @@ class Cluster:
     """The deployment under ``home``. ``start`` it, use ``ingest_url`` and ``query_url``,
     inject faults with ``kill``, ``kill_engine`` and ``pause_engine``, and ``close`` it."""
 
+    TENANT = "default"
+
     def __init__(self, home: Path) -> None:
         self.home = home
         self.postgres = EmbeddedPostgres(home / "postgres", port=free_port())
@@ -73,6 +76,10 @@ class Cluster:
 
     # --- life cycle ----------------------------------------------------------------------
 
+
+    def stored_key(self, key: str) -> str:
+        """How the event store holds the idempotency key ``key`` of the load's tenant."""
+        return keyed_digest(digest_secret(base64.b64decode(self.master_key)), self.TENANT, key)
     def start(self) -> None:
         """Start the engines (here) and the services (by the supervisor); wait until both
         HTTP services answer."""
@@ -90,7 +97,7 @@ class Cluster:
         """The environment of a service (or, without a name, of an operator command)."""
         env = {**os.environ, "MEMLEDGER_MODE": "distributed", "MEMLEDGER_POSTGRES_DSN": self.dsn,
                "MEMLEDGER_NATS_URL": self.nats_url, "MEMLEDGER_HOME": str(self.home),
-               "MEMLEDGER_AUTH": "off", "MEMLEDGER_DEFAULT_TENANT": "default",
+               "MEMLEDGER_AUTH": "off", "MEMLEDGER_DEFAULT_TENANT": self.TENANT,
                "MEMLEDGER_EMBEDDER": "hashing", "MEMLEDGER_MASTER_KEY": self.master_key,
                "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning"}
         if service in self.ports:

@@ -55,7 +55,8 @@ def _run(home: Path, plan: Plan, workers: int, rate: float) -> Run:
         cluster.stop_services()
         exits = {s.name: s.exits for s in cluster.services.values()}
         items = {a.item_id for a in outcomes.acked} | {r.item_id for r in outcomes.refused}
-        copies = read_copies(cluster.dsn, cluster.nats_url, cluster.home, items - {""})
+        copies = read_copies(cluster.dsn, cluster.nats_url, cluster.home, items - {""},
+                             cluster.stored_key)
         phases.done("audit")
     finally:
         cluster.close()

@@ -11,7 +11,7 @@ import pytest
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.domain.errors import Conflict
 from memledger_ingest.domain.streams import StreamRef
-from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
+from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected, WriterLimits
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import AssertMemory, CommandBase
@@ -163,8 +163,8 @@ async def test_a_writer_refuses_no_expected_version_that_is_current_in_the_store
 async def test_every_unguarded_message_commits_while_two_writers_race_one_transaction_each(
         engines: Endpoints, pg_schema: str, event_store: PostgresEventStore) -> None:
     with store_on(engines.postgres_dsn, pg_schema) as second_store:
-        writers = [GroupCommitWriter(store, max_group_events=1, linger_seconds=0)
-                   for store in (event_store, second_store)]
+        writers = [GroupCommitWriter(store, limits=WriterLimits(max_group_events=1),
+                                     linger_seconds=0) for store in (event_store, second_store)]
         async with running(writers[0]), running(writers[1]):
             session = await open_session(writers[0])
             outcomes = await asyncio.gather(*(_submit(writers[i % 2], message(session, f"m{i}"))

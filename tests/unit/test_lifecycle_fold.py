@@ -147,6 +147,16 @@ def test_a_near_duplicate_embedding_in_the_same_scope_is_found_by_policy() -> No
     assert state.take_consolidations() == []
 
 
+def test_an_embedding_logged_with_an_overflowing_length_is_never_compared() -> None:
+    log = Log().policy(T0, 1, consolidation="merge", merge_cosine=0.5).item(A, T0).item(B, T0)
+    _embedded(log, A, [1e308, 1e308, 0.0], T0)  # logged before ingest refused such vectors
+    _embedded(log, B, [1.0, 1.0, 0.0], T0)
+    state = fold(log.events)
+
+    assert state.items[("acme", A)].vector is None
+    assert state.take_consolidations() == []
+
+
 def test_a_consolidation_already_carried_out_is_not_offered_again() -> None:
     log = Log().policy(T0, 1, consolidation="suggest", merge_cosine=0.9).item(A, T0).item(B, T0)
     _embedded(log, A, [0.0, 1.0, 0.0], T0)

@@ -58,12 +58,24 @@ def test_a_port_out_of_range_fails_with_a_message_naming_the_variable(
     ("MEMLEDGER_NATS_PREFIX", "Has.Dots"),
     ("MEMLEDGER_DEFAULT_TENANT", "not a slug"),
     ("MEMLEDGER_LOG_LEVEL", "verbose"),
+    ("MEMLEDGER_WRITER_MAX_GROUP_BYTES", "1000"),
+    ("MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS", "0"),
 ])
 def test_a_bad_value_fails_with_a_message_naming_its_variable(
         monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
     monkeypatch.setenv(variable, value)
 
     with pytest.raises(SettingsError, match=variable):
+        load_settings()
+
+
+def test_a_commit_timeout_not_below_the_request_timeout_is_refused_naming_both(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, {"MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS": "30",
+                          "MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS": "30"})
+
+    with pytest.raises(SettingsError, match="MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS must be "
+                       "below MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS"):
         load_settings()
 
 

@@ -63,7 +63,11 @@ def up(settings: Settings) -> None:
                 await asyncio.gather(*children, vectors)
                 await asyncio.to_thread(query.close)
 
-        run_service(run_until_signalled(services))
+        # Two stages, each within the grace period: its own services (ingest gives up on a
+        # stuck commit), then its child processes. Past both it ends itself; its engines and
+        # children then stop on their own (parent-death signals).
+        run_service(run_until_signalled(services,
+                                        grace_seconds=2 * settings.stop_grace_seconds))
     print("memledger: stopped", file=sys.stderr, flush=True)
 
 

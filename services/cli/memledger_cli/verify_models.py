@@ -87,6 +87,9 @@ class LogUpTo(EventStore):
                         ) -> dict[str, IdempotentResult]:
         return self._inner.find_idempotent(tenant_id, keys)
 
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
 
 def compare(dsn: str, event_store: EventStore, names: schema.Names, committed: int,
             progress: rebuild.Progress | None = None, *, vectors: bool = True,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
@@ -19,7 +20,7 @@ from memledger_ingest.erasure import Erasure
 from memledger_ingest.http import create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.writer import GroupCommitWriter, WriterLimits
 from memledger_platform import bus, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
@@ -79,9 +80,10 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     if keyring is None:
         log.warning("no MEMLEDGER_MASTER_KEY: personal data is stored unsealed and subjects "
                     "cannot be erased by crypto-shredding")
-    writer = GroupCommitWriter(store, max_group_events=settings.writer_max_group_events,
-                               linger_seconds=settings.writer_linger_ms / 1000,
-                               keyring=keyring)
+    limits = WriterLimits(settings.writer_max_group_events, settings.writer_max_group_bytes,
+                          settings.writer_commit_timeout_seconds)
+    writer = GroupCommitWriter(store, limits=limits,
+                               linger_seconds=settings.writer_linger_ms / 1000, keyring=keyring)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
     return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool,
                          endpoints.postgres_dsn)
@@ -122,9 +124,7 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     if on_ready is not None:
         on_ready(http_server.address(sock))
     await stop.wait()
-    inputs_stop.set()
-    await asyncio.gather(*inputs, rpc.stop(grpc_server.GRACE_SECONDS))
-    await asyncio.to_thread(service.writer.stop)
+    await _stop_taking_writes(service, inputs_stop, inputs, rpc)
     # Everything in flight is settled by now; drain() would only wait out its timeout.
     await service.nc.flush()
     await service.nc.close()
@@ -132,6 +132,28 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     await asyncio.to_thread(gate.close)
     if service.keyring_pool is not None:
         await asyncio.to_thread(service.keyring_pool.close)
+
+
+WRITER_STOP_SHARE = 0.5
+"""The part of ``MEMLEDGER_STOP_GRACE_SECONDS`` the writer has to commit what it was given
+before the stop gives up on the rest (the remainder is for disconnecting)."""
+
+
+async def _stop_taking_writes(service: IngestService, inputs_stop: asyncio.Event,
+                              inputs: list["asyncio.Task[None]"], rpc: grpc.aio.Server
+                              ) -> None:
+    """Stop taking requests, then finish the writer's queue. A writer that cannot finish in
+    its share of the grace period (a commit stuck, or a long queue) is abandoned: what it has
+    not committed gets a retryable error, so requests waiting on it end, and the stop never
+    waits on a stuck commit."""
+    budget = service.settings.stop_grace_seconds * WRITER_STOP_SHARE
+    giving_up = asyncio.get_running_loop().call_later(budget, service.writer.abandon)
+    try:
+        inputs_stop.set()
+        await asyncio.gather(*inputs, rpc.stop(grpc_server.GRACE_SECONDS))
+        await asyncio.to_thread(service.writer.stop, budget)
+    finally:
+        giving_up.cancel()
 
 
 async def run(settings: Settings) -> None:
@@ -149,8 +171,9 @@ def _announce(url: str) -> None:
 
 
 async def _health(service: IngestService) -> dict[str, Any]:
-    """The committed position beside the relayed one (read from the stream itself, so it also
-    checks that the two agree), NATS connectivity and intake dead letters."""
+    """The writer's state (``writer_stuck``: a commit has run past its deadline), the
+    committed position beside the relayed one (read from the stream itself, so it also checks
+    that the two agree), NATS connectivity and intake dead letters."""
     position = await asyncio.to_thread(service.store.max_position)
     try:
         relayed: int | None = (await stream_cursor(service.js, service.settings.subjects)
@@ -159,6 +182,8 @@ async def _health(service: IngestService) -> dict[str, Any]:
         log.warning("health could not read the events stream: %s", error)
         relayed = None
     lag = None if relayed is None else max(0, position - relayed)
-    return {"status": "ok", "position": position, "relayed_position": relayed,
-            "relay_lag": lag, "nats_connected": service.nc.is_connected,
+    writer = service.writer.state()
+    return {"status": "ok" if writer["status"] == "ok" else "writer_stuck", "writer": writer,
+            "position": position, "relayed_position": relayed, "relay_lag": lag,
+            "nats_connected": service.nc.is_connected,
             "intake_dead_letters": service.intake.dead_letters}

@@ -71,10 +71,11 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     if erasure is not None:
         routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
                             methods=["POST"], name="erase_subject", middleware=traced))
-    spec = openapi()
+    spec = openapi(None if erasure is None else ERASE_PATH)
 
     async def health_route(_: Request) -> Response:
-        return _json(200, await health())
+        found = await health()
+        return _json(200 if found.get("status") == "ok" else 503, found)
 
     async def openapi_route(_: Request) -> Response:
         return _json(200, spec)
@@ -241,7 +242,7 @@ def _validate(model: type[M], body: dict[str, Any]) -> M:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
-    wait = body.get("error", {}).get("retry_after_seconds") if status == 429 else None
+    wait = body.get("error", {}).get("retry_after_seconds") if status in (429, 503) else None
     headers = None if wait is None else {"Retry-After": retry_after(wait)}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json",
                     headers=headers)
@@ -272,14 +273,44 @@ class ErrorBody(BaseModel):
     error: dict[str, Any]
 
 
-def openapi() -> dict[str, Any]:
-    """The OpenAPI 3.1 document, generated from the command models."""
+class EraseRequest(BaseModel):
+    """Erase a data subject: destroy its keys and record ``subject.erased``.
+
+    Needs an admin key for the whole tenant."""
+
+    reason: str | None = None
+
+
+class ErasureReceipt(BaseModel):
+    """What an erasure destroyed and recorded, and what each read model purged by then."""
+
+    tenant: str
+    subject_id: str
+    keys_destroyed: list[str]
+    spaces: list[str]
+    position: int
+    event_id: str
+    purged: dict[str, Any] | None = None
+    complete: bool | None = None
+
+
+def openapi(erase_path: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document, generated from the command models (``erase_path``: the
+    erasure route's, served when personal data is sealed)."""
     paths: dict[str, Any] = {}
     for model in COMMANDS:
         paths[model.http_path] = {"post": _operation(model, WriteResult, _name(model))}
     paths[BATCH_PATH] = {"post": _operation(CommandBatch, BatchResult, "batch")}
+    if erase_path is not None:
+        erase = _operation(EraseRequest, ErasureReceipt, "erase_subject", erase_path)
+        erase["requestBody"]["required"] = False
+        responses = erase["responses"]
+        responses["200"] = {**responses.pop("201"), "description": "the receipt"}
+        responses["409"]["description"] = "the subject has data in a space under legal hold"
+        paths[re.sub(r":\w+}", "}", erase_path)] = {"post": erase}  # no path converter
     paths["/health"] = {"get": {"operationId": "health", "responses": {
-        "200": {"description": "the service and its relay lag"}}}}
+        "200": {"description": "the service, its writer and its relay lag"},
+        "503": {"description": "the writer is stuck: a commit has run past its deadline"}}}}
     return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
             "paths": paths, "components": {"schemas": _components(), "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer",
@@ -287,10 +318,11 @@ def openapi() -> dict[str, Any]:
             "security": [{"apiKey": []}, {}]}
 
 
-def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dict[str, Any]:
+def _operation(body: type[BaseModel], result: type[BaseModel], name: str,
+               path: str | None = None) -> dict[str, Any]:
     error = _content(ErrorBody)
     path_params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                   for p in re.findall(r"{(\w+)}", getattr(body, "http_path", ""))]
+                   for p in re.findall(r"{(\w+)", path or str(getattr(body, "http_path", "")))]
     header = {"name": TENANT_HEADER, "in": "header", "required": False,
               "schema": {"type": "string", "pattern": SLUG_PATTERN}}
     return {"operationId": name, "summary": (body.__doc__ or name).strip().splitlines()[0],
@@ -307,7 +339,8 @@ def _operation(body: type[BaseModel], result: type[BaseModel], name: str) -> dic
                               ("415", "a body not labelled as JSON (Content-Type)"),
                               ("422", "invalid request, with field paths"),
                               ("429", "over a rate limit: retry after Retry-After seconds"),
-                              ("503", "event store unavailable"))}}}
+                              ("503", "event store unavailable, a commit past its deadline or a "
+                                      "stop (retryable; Retry-After)"))}}}
 
 
 def _content(model: type[BaseModel]) -> dict[str, Any]:
@@ -317,7 +350,7 @@ def _content(model: type[BaseModel]) -> dict[str, Any]:
 def _components() -> dict[str, Any]:
     components: dict[str, Any] = {}
     models: tuple[type[BaseModel], ...] = (*COMMANDS, CommandBatch, WriteResult, BatchResult,
-                                           ErrorBody)
+                                           ErrorBody, EraseRequest, ErasureReceipt)
     for model in models:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(schema.pop("$defs", {}))

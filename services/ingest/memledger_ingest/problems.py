@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memledger_ingest.commit_watch import CommitTimedOut, WriterStopping
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid, NotFound
 from memledger_ingest.writer import CommandResult, Rejected
 from memledger_schemas.commands import BY_NAME
@@ -73,6 +74,11 @@ def refused(error: Rejected | DomainError, batch: bool = False) -> Problem:
 
 
 def unavailable(error: BaseException) -> Problem:
+    """503, to be retried: the writer gave up on the commit, or the event store failed."""
+    if isinstance(error, CommitTimedOut | WriterStopping):
+        code = "commit_timeout" if isinstance(error, CommitTimedOut) else "stopping"
+        return Problem(503, code, str(error),
+                       extra={"retry_after_seconds": error.retry_after_seconds})
     return Problem(503, "unavailable", f"the event store is not available: {error}")
 
 

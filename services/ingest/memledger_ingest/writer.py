@@ -6,6 +6,10 @@ order against the current stream states (each submission sees the effects of tho
 and commits all accepted events in one ``EventStore.append``. If another writer took a stream
 version or idempotency key meanwhile, the cached states are dropped and each submission of the
 group is retried on its own, so only a real conflict is refused.
+
+A group is bounded by commands and by bytes (a submission larger than the byte bound commits
+alone: it is atomic). Each commit attempt has a deadline (``commit_watch``): one past it fails
+its callers with a retryable error, and the writer goes on with the next group.
 """
 
 import asyncio
@@ -16,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 from uuid import UUID
 
 import orjson
 from opentelemetry.trace import SpanKind
 
+from memledger_ingest.commit_watch import CommitTimedOut, CommitWatch, WriterStopping
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
@@ -37,12 +43,13 @@ from memledger_ingest.state_cache import StateCache, fold_state
 from memledger_platform import telemetry
 from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
 
-__all__ = ["CommandResult", "GroupCommitWriter", "Rejected"]
+__all__ = ["CommandResult", "CommitTimedOut", "GroupCommitWriter", "Rejected", "WriterStopping"]
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.eventstore import (
     EventStore,
     IdempotencyKeyTaken,
     IdempotencyRecord,
+    Interrupted,
     NewEvent,
     StreamConflict,
 )
@@ -68,6 +75,17 @@ class _Unit:
     contexts: tuple[Context, ...]
     traceparent: str | None
     done: Callable[[list[CommandResult] | BaseException], None]
+    size: int
+    """The commands' JSON size in bytes: about what the unit adds to a group's commit."""
+
+
+@dataclass(frozen=True)
+class WriterLimits:
+    """How much one group may hold, and how long its commit may take."""
+
+    max_group_events: int = 4_000
+    max_group_bytes: int = 8 * 1024 * 1024
+    commit_timeout_seconds: float = 20.0
 
 
 @dataclass
@@ -86,17 +104,19 @@ class _Plan:
 class GroupCommitWriter:
     """The single writer of one ingest process. ``submit`` is called from the event loop."""
 
-    def __init__(self, store: EventStore, *, max_group_events: int = 4_000,
+    def __init__(self, store: EventStore, *, limits: WriterLimits = WriterLimits(),
                  linger_seconds: float = 0.002, linger_below: int = 16,
                  cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
                  new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
                  keyring: Keyring | None = None) -> None:
         self._store = store
+        self._limits = limits
+        self._watch = CommitWatch(limits.commit_timeout_seconds, store.interrupt)
+        self._stopping = False
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._live_sources: set[str] = set()
         self._clock = clock or SystemClock()
-        self._max_group = max_group_events
         self._linger = linger_seconds
         self._linger_below = linger_below
         self._cache = StateCache(cache_size)
@@ -106,15 +126,47 @@ class GroupCommitWriter:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self._watch.start()
         self._thread = threading.Thread(target=self._run, name="memledger-writer", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Finish what is queued, then stop."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish what is queued, then stop; with ``timeout``, give up (``abandon``) on what
+        is not committed by then, and return even if a commit never does."""
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self.abandon()
+                self._thread.join(timeout)
             self._thread = None
+            self._watch.stop()
+
+    def abandon(self) -> None:
+        """Fail every submission not committed yet with ``WriterStopping`` (the commit in
+        flight too: the store is interrupted), and every later one: for a stop that cannot
+        wait any longer. Thread-safe; returns at once."""
+        self._stopping = True
+        self._watch.stopping()
+        stopped = False
+        while True:
+            try:
+                unit = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            stopped = stopped or unit is None
+            if unit is not None:
+                unit.done(_stopping())
+        if stopped:
+            self._queue.put(None)
+
+    def state(self) -> dict[str, Any]:
+        """For health: ``stuck`` while a commit has been in flight past its deadline."""
+        stuck = self._watch.stuck_seconds()
+        return {"status": "ok" if stuck is None else "stuck",
+                "commit_in_flight_seconds": None if stuck is None else round(stuck, 1),
+                "commit_timeout_seconds": self._watch.timeout_seconds,
+                "commits_timed_out": self._watch.timed_out, "queued": self._queue.qsize()}
 
     async def submit(self, tenant: str, commands: Sequence[CommandBase], *,
                      actor: str = "api", traceparent: str | None = None) -> list[CommandResult]:
@@ -130,37 +182,48 @@ class GroupCommitWriter:
 
         now = self._clock.now()
         contexts = tuple(Context(tenant, self._new_id(), actor, now) for _ in commands)
-        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done))
+        size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
+        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))
         return await future
 
     # --- writer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        while (first := self._queue.get()) is not None:
-            group, stopping = self._drain(first)
+        carried: _Unit | None = None
+        while (first := carried or self._queue.get()) is not None:
+            group, carried, stopping = self._drain(first)
             self._commit_group(group)
             if stopping:
+                if carried is not None:
+                    self._commit_group([carried])
                 return
 
-    def _drain(self, first: _Unit) -> tuple[list[_Unit], bool]:
+    def _drain(self, first: _Unit) -> tuple[list[_Unit], _Unit | None, bool]:
         """The next group: all that is queued, and (like PostgreSQL's commit_delay) up to
         ``linger_seconds`` more while the group is small, so that one transaction's fixed cost
-        is shared by more commands when writes arrive one by one from many clients."""
-        group, size = [first], len(first.commands)
+        is shared by more commands when writes arrive one by one from many clients. Returns
+        the group, the unit taken that would have made it too large (carried to the next),
+        and whether a stop was asked for."""
+        group, size, weight = [first], len(first.commands), first.size
         deadline = time.monotonic() + self._linger
-        while size < self._max_group:
+        while size < self._limits.max_group_events:
             wait = deadline - time.monotonic() if size < self._linger_below else 0.0
             try:
                 unit = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
             if unit is None:
-                return group, True
+                return group, None, True
+            if weight + unit.size > self._limits.max_group_bytes:
+                return group, unit, False
             group.append(unit)
-            size += len(unit.commands)
-        return group, False
+            size, weight = size + len(unit.commands), weight + unit.size
+        return group, None, False
 
     def _commit_group(self, group: list[_Unit]) -> None:
+        if self._stopping:
+            _fail(group, _stopping())
+            return
         try:
             self._attempt(group)
         except (StreamConflict, IdempotencyKeyTaken):
@@ -168,15 +231,17 @@ class GroupCommitWriter:
             for unit in group:
                 self._commit_alone(unit)
         except Exception as error:
-            log.exception("event store append failed")
-            for unit in group:
-                unit.done(error)
+            self._failed(error)
+            _fail(group, error)
 
     def _commit_alone(self, unit: _Unit) -> None:
         """Retry one submission with fresh state until it commits or is refused; a race lost
         to another writer is transient, so only a hot stream that never lets it through ends
         in a 409 (never in a raw store error)."""
         for attempt in range(_RETRIES):
+            if self._stopping:
+                unit.done(_stopping())
+                return
             try:
                 self._attempt([unit])
                 return
@@ -186,17 +251,29 @@ class GroupCommitWriter:
                 # machine (a linear back-off lost 25 rounds in CI at load 10 on 2 cores).
                 time.sleep(_jitter.uniform(0, min(0.2, 0.002 * 2 ** attempt)))
             except Exception as error:
+                self._failed(error)
                 unit.done(error)
                 return
         unit.done(Rejected(0, Conflict(f"lost {_RETRIES} races to other writers on this "
                                        "stream; retry", -1)))
 
+    def _failed(self, error: Exception) -> None:
+        if isinstance(error, Interrupted | CommitTimedOut):
+            log.warning("a commit was given up on: %s", error)
+        else:
+            log.exception("event store append failed")
+        self._cache.clear()  # the commit may have been applied: its outcome is unknown
+
     def _attempt(self, group: list[_Unit]) -> None:
-        # The child of the submission's span, or linked to each of a group's.
-        with telemetry.span(_tracer, "writer commit", [u.traceparent for u in group],
-                            kind=SpanKind.INTERNAL,
-                            attributes={"memledger.submissions": len(group)}):
-            self._attempt_traced(group)
+        self._watch.begin(lambda error: _fail(group, error))
+        try:
+            # The child of the submission's span, or linked to each of a group's.
+            with telemetry.span(_tracer, "writer commit", [u.traceparent for u in group],
+                                kind=SpanKind.INTERNAL,
+                                attributes={"memledger.submissions": len(group)}):
+                self._attempt_traced(group)
+        finally:
+            self._watch.end()
 
     def _attempt_traced(self, group: list[_Unit]) -> None:
         # Subject keys are looked up once per group, never kept longer: a key destroyed by an
@@ -210,6 +287,7 @@ class GroupCommitWriter:
                  if (p := self._plan(unit, states, known, claims)) is not None]
         events = [e for p in plans for e in p.events]
         keys = [k for p in plans for k in p.keys]
+        self._watch.raise_if_given_up()
         committed = self._store.append(events, keys) if events else []
         self._finish(plans, [c.position for c in committed])
 
@@ -435,6 +513,15 @@ def _results(plan: _Plan, positions: list[int],
                 by_key[key] = result
         results.append(result)
     return results
+
+
+def _fail(group: list[_Unit], error: BaseException) -> None:
+    for unit in group:
+        unit.done(error)
+
+
+def _stopping() -> WriterStopping:
+    return WriterStopping("the service is stopping; this write was not committed")
 
 
 def _settle(future: "asyncio.Future[list[CommandResult]]",

@@ -86,6 +86,14 @@ class Settings(BaseSettings):
 
     writer_max_group_events: int = Field(default=4_000, ge=1, le=100_000, description="commands "
                                          "the writer commits in one transaction at most")
+    writer_max_group_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024, description="the most "
+        "command bytes one commit takes from several requests (one larger request commits "
+        "alone)")
+    writer_commit_timeout_seconds: float = Field(
+        default=20.0, gt=0, le=3_600, description="a commit still running this long is given "
+        "up on: its callers get a retryable 503 and the writer carries on; /health says "
+        "\"stuck\" meanwhile. Below MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS")
     writer_linger_ms: float = Field(default=2.0, ge=0, le=100, description="how long the "
                                     "writer waits to fill a small group")
     relay_batch: int = Field(default=2_000, ge=1, le=100_000,
@@ -141,7 +149,9 @@ class Settings(BaseSettings):
 
     stop_grace_seconds: float = Field(
         default=10.0, gt=0, le=600, description="how long a service may take to stop after "
-        "SIGTERM or SIGINT before it is ended at once (its unacked work is redelivered)")
+        "SIGTERM or SIGINT before it is ended at once (its unacked work is redelivered); "
+        "ingest gives up on uncommitted writes after half of it (503 stopping), `up` ends "
+        "itself after twice it")
 
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the least severe log line written")
@@ -168,6 +178,11 @@ class Settings(BaseSettings):
             if missing:
                 raise ValueError("distributed mode needs " + " and ".join(
                     ENV_PREFIX + m.upper() for m in missing))
+        if self.writer_commit_timeout_seconds >= self.http_request_timeout_seconds:
+            raise ValueError(
+                "MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS must be below "
+                "MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS, so that a stuck commit is answered "
+                "with a retryable 503 before the request itself times out")
         if self.master_key is not None:
             _master_bytes(self.master_key)
         for setting, value in (("EMBEDDER", self.embedder), ("RERANKER", self.reranker)):

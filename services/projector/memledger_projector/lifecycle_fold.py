@@ -330,9 +330,10 @@ def _embedded(f: LifecycleFold, e: Event) -> None:
     vector = e.payload.get("vector")
     if item is None or not vector or int(e.payload["item_version"]) != item.content_version:
         return
-    array = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(array))
-    if norm:
+    with np.errstate(over="ignore", invalid="ignore"):  # logged before ingest refused these
+        array = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(array))
+    if math.isfinite(norm) and norm > 0:
         item.vector = array / norm
         if item.status == "active":
             f._consolidate(item)

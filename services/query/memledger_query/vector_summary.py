@@ -131,7 +131,8 @@ class VectorSummary(BaseModel):
 def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Reader,
               run: Callable[..., Awaitable[Digests]]) -> None:
     """``run(fn, *args)``: where the index is read (the search pool: a graph build holds the
-    index for seconds, and every item's points are read here)."""
+    index for seconds, and every item's points are read here). An admin key limited to some
+    spaces sees only theirs."""
     @app.get(SUMMARY_PATH, response_model=VectorSummary)
     async def vectors_summary(
             as_of_position: Annotated[int | None, Query(ge=0)] = None,
@@ -149,7 +150,7 @@ def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Read
             tenant=who.tenant, as_of_position=at, projected_position=progress.position,
             spaces=[SpaceSummary(space_id=space, points=d.points, current=d.current,
                                  digest=f"{d.digest:016x}")
-                    for (_, space), d in sorted(found.items())])
+                    for (_, space), d in sorted(found.items()) if who.sees(space)])
 
 
 def _tenant_digests(index: VectorIndex, reader: Reader, tenant: str, as_of: int) -> Digests:

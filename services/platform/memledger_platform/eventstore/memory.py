@@ -80,6 +80,9 @@ class InMemoryEventStore(EventStore):
             found = {k: self._keys[(tenant_id, k)] for k in keys if (tenant_id, k) in self._keys}
             return {k: IdempotentResult(r, self._positions(r)) for k, r in found.items()}
 
+    def interrupt(self) -> None:
+        """Nothing to do: no call here waits on anything but a short in-process lock."""
+
     def _positions(self, record: IdempotencyRecord) -> tuple[int, ...]:
         versions = range(record.first_version, record.last_version + 1)
         return tuple(e.position for e in self._log

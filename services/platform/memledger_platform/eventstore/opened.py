@@ -51,6 +51,9 @@ class OpenedEventStore(EventStore):
                         ) -> dict[str, IdempotentResult]:
         return self._inner.find_idempotent(tenant_id, keys)
 
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
     def _opened(self, event: RecordedEvent) -> RecordedEvent:
         if _SEALED not in event.data and event.event_type != "subject.erased":
             return event  # the common case, at no cost

@@ -86,6 +86,11 @@ class IdempotencyKeyTaken(Exception):
     """An idempotency key in the append was already recorded by another writer."""
 
 
+class Interrupted(Exception):
+    """The call was cut short by ``EventStore.interrupt``. An interrupted ``append`` may or
+    may not have committed (its commit may have been under way)."""
+
+
 def encode(envelope: EventEnvelope) -> bytes:
     """The stored form of an uncommitted envelope (commit fields are the store's to add)."""
     return envelope.model_dump_json(exclude={"global_position", "recorded_at"}).encode()
@@ -134,3 +139,10 @@ class EventStore(ABC):
     def find_idempotent(self, tenant_id: str, keys: Sequence[str]
                         ) -> dict[str, IdempotentResult]:
         """The stored results of those keys that have been used in this tenant."""
+
+    @abstractmethod
+    def interrupt(self) -> None:
+        """Make every call in progress on this store (in other threads) fail soon with
+        ``Interrupted``, and return once they have or are sure to; later calls work as usual
+        (on fresh connections where one had to be broken). For a caller that gave up on a
+        call past its deadline; an adapter whose calls never wait on anything does nothing."""

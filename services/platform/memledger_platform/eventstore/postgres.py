@@ -1,11 +1,12 @@
 """``EventStore`` on PostgreSQL through the eventsourcing library's application recorder.
 
-The library supplies the table, the connection pool, the pipelined insert, the optimistic
-concurrency primary key (stream, version) and the notification log whose ids are our global
-positions; its EXCLUSIVE table lock makes commit order equal position order, so a reader that
-tails positions never skips a late commit. We add, in the same transaction: a ``recorded_at``
-column assigned under that lock (so it never decreases in position order, even if the clock
-steps back), and the idempotency records. See docs/adr/0002-event-store.md.
+The library supplies the table, the connection pool, the optimistic concurrency primary key
+(stream, version) and the notification log whose ids are our global positions; its EXCLUSIVE
+table lock makes commit order equal position order, so a reader that tails positions never
+skips a late commit. We add, in the same transaction: a ``recorded_at`` column assigned under
+that lock (so it never decreases in position order, even if the clock steps back), and the
+idempotency records; and our own insert, which cannot wedge on a large append (docs/adr/0003).
+See docs/adr/0002-event-store.md.
 """
 
 from collections.abc import Iterator, Sequence
@@ -15,12 +16,19 @@ from uuid import UUID
 
 import orjson
 import psycopg
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+)
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.utils import retry
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
+from memledger_platform.eventstore.interrupting import BusyConnections
 from memledger_platform.eventstore.port import (
     Committed,
     EventStore,
@@ -71,29 +79,31 @@ class _Recorder(PostgresApplicationRecorder):
         self.insert_keys_statement = SQL(
             "INSERT INTO {schema}.{keys} SELECT * FROM unnest(%s::text[], %s::text[], "
             "%s::text[], %s::uuid[], %s::bigint[], %s::bigint[], %s::jsonb[])").format(**ids)
+        self.notify_statement = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
 
-    def _insert_events(self, curs: psycopg.Cursor[DictRow], stored_events: Sequence[StoredEvent],
-                       **kwargs: Any) -> None:
-        keys: Sequence[IdempotencyRecord] = kwargs.get("keys", ())
-        if keys:
-            curs.execute(self.insert_keys_statement, _key_columns(keys))
+    def append_on(self, conn: psycopg.Connection[DictRow], stored_events: Sequence[StoredEvent],
+                  keys: Sequence[IdempotencyRecord]) -> list[Committed]:
+        """Insert the keys, then the events under the table lock, in one transaction sent as
+        one pipeline (one round trip, and one commit).
 
-    def _insert_stored_events(self, curs: psycopg.Cursor[DictRow],
-                              stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        self._lock_table(curs)
-        self._notify_channel(curs)
+        The results are fetched before the pipeline is synced, unlike the library's insert:
+        psycopg's ``Pipeline.sync()`` flushes its output once and then waits for the server,
+        so with part of a large INSERT still unsent both sides waited for ever; a fetch
+        flushes all of it first (docs/adr/0003). The keys go first, before the lock, as the
+        library orders them: a writer waiting for another's key under the table lock would
+        deadlock with it."""
         columns = ([e.originator_id for e in stored_events],
                    [e.originator_version for e in stored_events],
                    [e.topic for e in stored_events], [e.state for e in stored_events])
-        curs.execute(self.insert_events_statement, columns)
-
-    def _fetch_ids_after_insert_events(self, curs: psycopg.Cursor[DictRow],
-                                       stored_events: Sequence[StoredEvent],
-                                       **kwargs: Any) -> Sequence[int]:
-        rows = curs.fetchall()
-        kwargs["committed"].extend(
-            Committed(row["notification_id"], row["recorded_at"]) for row in rows)
-        return [row["notification_id"] for row in rows]
+        with conn.pipeline(), conn.transaction(), conn.cursor() as curs:
+            if keys:
+                curs.execute(self.insert_keys_statement, _key_columns(keys))
+            for statement in self.lock_table_statements:
+                curs.execute(statement, prepare=True)
+            curs.execute(self.notify_statement)
+            curs.execute(self.insert_events_statement, columns)
+            return [Committed(row["notification_id"], row["recorded_at"])
+                    for row in curs.fetchall()]
 
 
 def _key_columns(keys: Sequence[IdempotencyRecord]) -> list[list[Any]]:
@@ -124,6 +134,7 @@ class PostgresEventStore(EventStore):
         self._table_name = table
         self._table = Identifier(datastore.schema), Identifier(table)
         self._keys_table = Identifier(datastore.schema), Identifier(f"{table}_idempotency")
+        self._busy = BusyConnections()
 
     @classmethod
     def at(cls, address: Address) -> Self:
@@ -154,12 +165,22 @@ class PostgresEventStore(EventStore):
                keys: Sequence[IdempotencyRecord] = ()) -> list[Committed]:
         stored = [StoredEvent(originator_id=e.stream_id, originator_version=e.stream_version,
                               topic=e.event_type, state=e.data) for e in map(NewEvent.of, events)]
-        committed: list[Committed] = []
         try:
-            self._recorder.insert_events(stored, keys=keys, committed=committed)
+            committed: list[Committed] = self._append(stored, keys)  # (the retry is untyped)
         except IntegrityError as error:
             raise _classify(error) from error
         return committed
+
+    # A connection the pool kept across a PostgreSQL restart fails on first use: try another,
+    # as the library's own insert does. Never after an interrupt: its caller has given up.
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def _append(self, stored: Sequence[StoredEvent], keys: Sequence[IdempotencyRecord]
+                ) -> list[Committed]:
+        with self._connection() as conn:
+            return self._recorder.append_on(conn, stored, keys)
+
+    def interrupt(self) -> None:
+        self._busy.interrupt()
 
     def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:
         if not stream_ids:
@@ -181,7 +202,7 @@ class PostgresEventStore(EventStore):
                    ) -> list[Record]:
         """Like ``read_all``, of the events of ``share`` up to position ``until`` only, each
         as (position, recorded_at, data): ``logshare.read_share``."""
-        with self._datastore.get_connection() as conn:
+        with self._connection() as conn:
             return read_share(conn, self._datastore.schema, self._table_name, after, until,
                               limit, share)
 
@@ -211,8 +232,14 @@ class PostgresEventStore(EventStore):
     def _cursor(self) -> Iterator[psycopg.Cursor[DictRow]]:
         # Results in binary: an event's bytea comes as it is stored, not hex-encoded by the
         # server and decoded here (reading the log went from ~80,000 to ~140,000 events/s).
-        with self._datastore.get_connection() as conn, conn.cursor(binary=True) as curs:
+        with self._connection() as conn, conn.cursor(binary=True) as curs:
             yield curs
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """A pooled connection, known to ``interrupt`` while in use."""
+        with self._datastore.get_connection() as conn, self._busy.track(conn):
+            yield conn
 
 
 def _recorded(row: DictRow) -> RecordedEvent:
