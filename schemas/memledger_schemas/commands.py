@@ -223,6 +223,10 @@ class AppendMessage(CommandBase):
     role: Role
     content: Content
     participant: ShortText | None = None
+    said_at: UtcDatetime | None = Field(
+        default=None, description="when it was said (default: when it is recorded): the "
+        "message's valid time, so imported history is valid from when it was said; no later "
+        "than the server's clock plus its skew allowance")
 
 
 class AssertMemory(CommandBase, ValidInterval):
@@ -403,14 +407,9 @@ class Learned(CommandBase):
         "refused once that key is destroyed (its subject erased meanwhile)")
 
 
-class RecordEmbedding(Learned):
-    """The vector of one version of a memory item's content, as computed by an enricher."""
+class _Vector(BaseModel):
+    """Mixin: an embedding, validated where any enricher's vector is recorded."""
 
-    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
-    command: Literal["record_embedding"] = "record_embedding"
-    space_id: SpaceId
-    item_id: UUID
-    item_version: int = Field(ge=1)
     model: ShortText
     dims: int = Field(ge=1, le=8_192)
     # Finite only: a NaN would be stored as JSON null and poison every similarity score.
@@ -436,6 +435,27 @@ class RecordEmbedding(Learned):
             raise ValueError(f"the vector's length (L2 norm) is {length:g}; it must be between "
                              f"{low:g} and {high:g}")
         return vector
+
+
+class RecordEmbedding(Learned, _Vector):
+    """The vector of one version of a memory item's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
+    command: Literal["record_embedding"] = "record_embedding"
+    space_id: SpaceId
+    item_id: UUID
+    item_version: int = Field(ge=1)
+
+
+class RecordMessageEmbedding(Learned, _Vector):
+    """The vector of a conversation message's content, as computed by an enricher."""
+
+    http_path: ClassVar[str] = (
+        "/v1/spaces/{space_id}/sessions/{session_id}/messages/{message_id}/embedding")
+    command: Literal["record_message_embedding"] = "record_message_embedding"
+    space_id: SpaceId
+    session_id: UUID
+    message_id: UUID
 
 
 class RecordEntities(Learned):
@@ -511,14 +531,16 @@ class EraseSubject(CommandBase):
 
 
 SERVICE_COMMANDS: dict[str, frozenset[str]] = {
-    "enricher": frozenset({"record_embedding", "record_entities", "record_preference"}),
+    "enricher": frozenset({"record_embedding", "record_message_embedding", "record_entities",
+                           "record_preference"}),
     "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge"}),
     "query": frozenset({"record_retrieval"}),
 }
 """What each of memledger's own services sends, on its own intake subject."""
 
-INTERNAL_COMMANDS = frozenset({"record_embedding", "record_entities", "record_preference",
-                               "record_retrieval", "suggest_merge"})
+INTERNAL_COMMANDS = frozenset({"record_embedding", "record_message_embedding",
+                               "record_entities", "record_preference", "record_retrieval",
+                               "suggest_merge"})
 """Commands only memledger's own services send (what they learned, audited, or suggest by
 policy): no API key may send them, whatever its role."""
 
@@ -537,8 +559,8 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     CreateSpace, SetSpacePolicy, ArchiveSpace, RegisterAgent, StartSession, EndSession,
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
-    RetractRelation, RecordFeedback, RecordEmbedding, RecordEntities, RecordPreference,
-    RecordRetrieval,
+    RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
+    RecordPreference, RecordRetrieval,
 )
 
 Command = Annotated[
@@ -546,7 +568,8 @@ Command = Annotated[
     | AppendMessage | AssertMemory | ReviseMemory | SupersedeMemory | RetractMemory
     | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
     | UpsertEntity | AssertRelation | RetractRelation
-    | RecordFeedback | RecordEmbedding | RecordEntities | RecordPreference | RecordRetrieval,
+    | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
+    | RecordPreference | RecordRetrieval,
     Field(discriminator="command"),
 ]
 

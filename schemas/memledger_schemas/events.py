@@ -161,7 +161,8 @@ class ConversationMessageAppendedV1(Payload):
 
 
 class ConversationMessageAppended(Payload):
-    about: ClassVar[str] = "One turn of a session: who said what, in which role."
+    about: ClassVar[str] = ("One turn of a session: who said what, in which role; valid from "
+                            "when it was said (the command's said_at, default: recorded).")
     event_type: ClassVar[str] = "conversation.message_appended"
     schema_version: ClassVar[int] = 2
     session_id: UUID
@@ -323,6 +324,19 @@ class MemoryEmbedded(Payload):
     vector: tuple[float, ...]
 
 
+class ConversationMessageEmbedded(Payload):
+    """The vector of a conversation message's content (the message's valid time is when it
+    was said: its ``conversation.message_appended``'s ``valid_from``)."""
+
+    about: ClassVar[str] = "The enricher's embedding of a conversation message (its model)."
+    event_type: ClassVar[str] = "conversation.message_embedded"
+    session_id: UUID
+    message_id: UUID
+    model: ShortText
+    dims: int = Field(ge=1, le=8_192)
+    vector: tuple[float, ...]
+
+
 class ExtractedEntity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     name: ShortText
@@ -459,7 +473,8 @@ CURRENT: tuple[type[Payload], ...] = (
     SpaceCreated, SpacePolicySet, SpaceArchived, AgentRegistered, SessionStarted, SessionEnded,
     ConversationMessageAppended, MemoryAsserted, MemoryRevised, MemorySuperseded,
     MemoryRetracted, MemoryReaffirmed, MemoryArchived, MemoryPromoted, MemoryMerged,
-    MergeSuggested, TripleClaimed, MemoryEmbedded, MemoryEntitiesExtracted,
+    MergeSuggested, TripleClaimed, MemoryEmbedded, ConversationMessageEmbedded,
+    MemoryEntitiesExtracted,
     PreferenceExtracted, EntityUpserted, RelationAsserted, RelationRetracted, FeedbackRecorded,
     RetrievalPerformed, SubjectErased,
 )

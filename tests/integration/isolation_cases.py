@@ -31,8 +31,8 @@ class Unfillable(Exception):
     """The matrix cannot build a request for a case: the tables below need an entry."""
 
 
-PATH_PARAMETERS = ("space_id", "item_id", "session_id", "entity_id", "relation_id",
-                   "retrieval_id", "subject_id")
+PATH_PARAMETERS = ("space_id", "item_id", "session_id", "message_id", "entity_id",
+                   "relation_id", "retrieval_id", "subject_id")
 """The path parameters a fill must give (a route with another one fails the matrix)."""
 
 BODY_PROPERTIES = (*PATH_PARAMETERS, "spaces", "superseded_by", "similar_to",
@@ -51,6 +51,7 @@ QUERY_PARAMETERS: dict[str, Callable[[str, Fill], Any]] = {
 OVERRIDES: dict[str, dict[str, Any]] = {
     # operationId → properties its schema cannot tell
     "record_embedding": {"dims": 2, "vector": [0.6, 0.8]},
+    "record_message_embedding": {"dims": 2, "vector": [0.6, 0.8]},
     "record_feedback": {"signal": "used"},
     "revise_memory": {"content": "a correction"},
     "merge_memories": {"similarity": 0.99},

@@ -159,8 +159,9 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
     """Everything a space can hold, each step one submission; the ids they name are recorded
     in ``owned.ids`` (what requests of the matrix name)."""
     s, m, ids = owned.space, owned.marker, owned.ids
-    ids.update({k: str(uuid.uuid4()) for k in ("session_id", "relation_id", "feedback_id",
-                                                "item_id", "other_item_id", "old_item_id")})
+    ids.update({k: str(uuid.uuid4()) for k in ("session_id", "message_id", "relation_id",
+                                                "feedback_id", "item_id", "other_item_id",
+                                                "old_item_id")})
     # Ids without the marker: requests name them, and the marker must stay a string only the
     # victim's data holds.
     tag = uuid.uuid4().hex[:8]
@@ -175,6 +176,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
         [c.StartSession(space_id=s, session_id=session, title=f"title {m}",
                         agent_id=ids["agent_id"])],
         [c.AppendMessage(space_id=s, session_id=session, role="user",
+                         message_id=uuid.UUID(ids["message_id"]),
                          content=f"said {m} zebra", participant=f"participant-{m}")],
         [c.AssertMemory(space_id=s, item_id=item, kind="fact", content=f"fact {m} umbrella",
                         tags=(f"tag-{m}",), subject_id=ids["subject_id"],

@@ -202,6 +202,41 @@ async def test_search_and_context_answer_alike_over_http_and_grpc(apis: Apis) ->
     assert "Alice prefers tea over coffee" in bundle.rendered
 
 
+async def test_search_finds_messages_with_their_turns_alike_over_http_and_grpc(
+        apis: Apis) -> None:
+    await _submit(apis, "create_space", {"space_id": SPACE})
+    session = (await _submit(apis, "start_session", {"space_id": SPACE})).ids["session_id"]
+    for role, who, text in (("user", "Dana", "how was the week?"),
+                            ("assistant", "Helper", "I joined a pottery class in Lisbon"),
+                            ("user", "Dana", "that sounds lovely")):
+        said = await _submit(apis, "append_message", {
+            "space_id": SPACE, "session_id": session, "role": role, "content": text,
+            "participant": who, "said_at": "2023-05-08T13:56:00Z"})
+    body: dict[str, Any] = {"query": "pottery class", "kinds": ["message"], "window": 1,
+                            "role": ["assistant"], "participant": "Helper", "threshold": 0.0,
+                            "weights": {"dense": 0.0, "keyword": 1.0},
+                            "valid_at": "2024-01-01T00:00:00Z",
+                            "min_position": said.position}
+    found = await apis.query.Search(qpb.SearchRequest(
+        query="pottery class", kinds=["message"], window=1, role=["assistant"],
+        participant="Helper", threshold=0.0, weights=qpb.Weights(dense=0.0, keyword=1.0),
+        valid_at=_ts("2024-01-01T00:00:00Z"), min_position=said.position),
+        metadata=apis.metadata)
+    http = await _post(apis, "/v1/search", body, status=200)
+    assert found == as_message(http, qpb.SearchAnswer())
+    [hit] = found.results
+    assert (hit.kind, hit.role, hit.participant, hit.session_id) == (
+        "message", "assistant", "Helper", session)
+    assert hit.message_id == hit.item_id
+    assert hit.said_at.ToJsonString() == "2023-05-08T13:56:00Z"
+    assert [t.content for t in hit.window.before] == ["how was the week?"]
+    assert [t.content for t in hit.window.after] == ["that sounds lovely"]
+    code, refused = await _refused(apis.query.Search(qpb.SearchRequest(
+        query="x", kinds=["messages"], window=11), metadata=apis.metadata))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert {f["path"] for f in refused["error"]["fields"]} == {"kinds.0", "window"}
+
+
 async def test_refusals_carry_the_http_error_body_under_the_mapped_status_code(
         apis: Apis) -> None:
     await _submit(apis, "create_space", {"space_id": SPACE})

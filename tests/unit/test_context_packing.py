@@ -18,7 +18,8 @@ from memledger_query.context import (
 )
 
 EVEN = dict.fromkeys(ORDER, 100)
-"""Equal shares: a budget of 400 gives each section 100 tokens of its own."""
+BUDGET = 100 * len(ORDER)
+"""Equal shares: a budget of ``BUDGET`` gives each section 100 tokens of its own."""
 
 
 def entry(ref: str, size: int = 50) -> Entry:
@@ -42,7 +43,7 @@ def test_tokens_are_estimated_as_a_quarter_of_the_characters_rounded_up() -> Non
 def test_sections_come_in_priority_order_and_render_in_it() -> None:
     candidates: dict[str, Sequence[Entry]] = {name: [entry(name, 10)]
                                               for name in reversed(ORDER)}
-    sections = pack(candidates, 400, EVEN)
+    sections = pack(candidates, BUDGET, EVEN)
     assert [s.name for s in sections] == list(ORDER)
     text = render(sections)
     positions = [text.index(TITLES[name]) for name in ORDER]
@@ -52,7 +53,7 @@ def test_sections_come_in_priority_order_and_render_in_it() -> None:
 
 def test_a_section_takes_its_best_candidates_that_fit_its_share() -> None:
     memories = [entry("m1"), entry("m2"), entry("m3")]
-    sections = by_name(pack({"session": [entry("s1", 90)], "memories": memories}, 400, EVEN))
+    sections = by_name(pack({"session": [entry("s1", 90)], "memories": memories}, BUDGET, EVEN))
     # 105 tokens (its 100 and the 5 the session left): the 6-token header and one 50-token
     # entry; a second would need 106.
     assert refs(sections["memories"]) == ["m1"]
@@ -61,13 +62,13 @@ def test_a_section_takes_its_best_candidates_that_fit_its_share() -> None:
 
 def test_a_candidate_too_large_is_skipped_and_smaller_ones_after_it_still_fit() -> None:
     memories = [entry("huge", 500), entry("small", 10)]
-    sections = by_name(pack({"session": [entry("s1", 90)], "memories": memories}, 400, EVEN))
+    sections = by_name(pack({"session": [entry("s1", 90)], "memories": memories}, BUDGET, EVEN))
     assert refs(sections["memories"]) == ["small"]
 
 
 def test_what_a_section_leaves_unused_flows_to_the_next() -> None:
     memories = [entry(f"m{i}") for i in range(1, 6)]
-    sections = by_name(pack({"memories": memories}, 400, EVEN))
+    sections = by_name(pack({"memories": memories}, BUDGET, EVEN))
     # The empty session's 100 tokens join the memories' 100: header 6 + 3 * 50 fits in 200.
     assert sections["session"].used == 0
     assert sections["memories"].allowance == 200
@@ -75,10 +76,11 @@ def test_what_a_section_leaves_unused_flows_to_the_next() -> None:
 
 
 def test_unused_tokens_keep_flowing_down_to_the_last_section() -> None:
-    history = [entry(f"h{i}") for i in range(1, 9)]
-    sections = by_name(pack({"history": history}, 400, EVEN))
-    assert sections["history"].allowance == 400
-    assert refs(sections["history"]) == [f"h{i}" for i in range(1, 8)]
+    history = [entry(f"h{i}") for i in range(1, 11)]
+    sections = by_name(pack({"history": history}, BUDGET, EVEN))
+    assert sections["history"].allowance == BUDGET
+    # 500 tokens: the 5-token header and nine 50-token entries; a tenth would need 505.
+    assert refs(sections["history"]) == [f"h{i}" for i in range(1, 10)]
 
 
 def test_a_partly_used_share_passes_on_only_what_was_not_used() -> None:
@@ -90,7 +92,7 @@ def test_a_partly_used_share_passes_on_only_what_was_not_used() -> None:
 def test_the_session_is_filled_newest_first_and_told_oldest_first() -> None:
     newest_first = [entry("turn 4", 30), entry("turn 3", 30), entry("turn 2", 30),
                     entry("turn 1", 30)]
-    [session, *_] = pack({"session": newest_first}, 400, EVEN)
+    [session, *_] = pack({"session": newest_first}, BUDGET, EVEN)
     # 100 tokens: header 5 and three 30-token turns; the oldest turn is what is left out.
     assert refs(session) == ["turn 2", "turn 3", "turn 4"]
     rendered = session.render()
@@ -98,7 +100,7 @@ def test_the_session_is_filled_newest_first_and_told_oldest_first() -> None:
 
 
 def test_other_sections_keep_their_best_first_order() -> None:
-    sections = by_name(pack({"memories": [entry("best", 10), entry("next", 10)]}, 400, EVEN))
+    sections = by_name(pack({"memories": [entry("best", 10), entry("next", 10)]}, BUDGET, EVEN))
     assert refs(sections["memories"]) == ["best", "next"]
 
 
@@ -109,12 +111,12 @@ def test_no_shares_means_the_default_shares() -> None:
 
 def test_an_entry_is_one_line_whatever_its_text_holds() -> None:
     multi = Entry("first\nsecond\nthird", "m")
-    [*_, history] = pack({"history": [multi]}, 400, EVEN)
+    [*_, history] = pack({"history": [multi]}, BUDGET, EVEN)
     assert history.render() == TITLES["history"] + "\nfirst second third\n"
 
 
 def test_an_empty_section_renders_nothing_not_even_its_header() -> None:
-    assert render(pack({}, 400, EVEN)) == ""
+    assert render(pack({}, BUDGET, EVEN)) == ""
 
 
 # --- the budget holds, whatever the candidates and shares ----------------------------------

@@ -1,7 +1,7 @@
 """The pure write-side domain: a command plus stream states in, events (or a refusal) out."""
 
 import contextlib
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
@@ -66,6 +66,13 @@ def _embedding(item_id: UUID = ITEM, space_id: str = SPACE,
                item_version: int = ITEM_VERSION) -> c.RecordEmbedding:
     return c.RecordEmbedding(space_id=space_id, item_id=item_id, item_version=item_version,
                              model="mini", dims=2, vector=(0.6, 0.8))
+
+
+def _message_embedding(session_id: UUID = SESSION, space_id: str = SPACE
+                       ) -> c.RecordMessageEmbedding:
+    return c.RecordMessageEmbedding(space_id=space_id, session_id=session_id,
+                                    message_id=MESSAGE, model="mini", dims=2,
+                                    vector=(0.6, 0.8))
 
 
 PERSON = e.ExtractedEntity(name="Alice", type="person")
@@ -211,6 +218,10 @@ SUCCESSES = [
         e.MemoryEmbedded(item_id=ITEM, item_version=ITEM_VERSION, model="mini", dims=2,
                          vector=(0.6, 0.8)),
         {"item_id": str(ITEM)}, "record_embedding"),
+    _ok(_message_embedding(), _enrichment(MESSAGE),
+        e.ConversationMessageEmbedded(session_id=SESSION, message_id=MESSAGE, model="mini",
+                                      dims=2, vector=(0.6, 0.8)),
+        {"message_id": str(MESSAGE)}, "record_message_embedding"),
     _ok(_entities(), _enrichment(ITEM),
         e.MemoryEntitiesExtracted(item_id=ITEM, item_version=ITEM_VERSION, extractor="rules",
                                   entities=(PERSON,)),
@@ -291,6 +302,50 @@ def test_recording_an_embedding_leaves_the_item_version_a_client_expects_unchang
     assert len(decide(revision, CTX, lookup_in(world)).events) == 1
 
 
+NOW = datetime.fromisoformat("2026-03-01T12:00:00+00:00")
+AT_NOW = Context(TENANT, FRESH, "tester", NOW, timedelta(seconds=300))
+
+
+def _said(at: datetime) -> c.AppendMessage:
+    return c.AppendMessage(space_id=SPACE, session_id=SESSION, role="user", content="hi",
+                           said_at=at)
+
+
+def test_a_message_is_valid_from_when_it_was_said_however_long_ago() -> None:
+    said = datetime.fromisoformat("2023-05-08T13:56:00+00:00")
+
+    decision = decide(_said(said), AT_NOW, lookup_in(WORLD))
+
+    assert (decision.valid_from, decision.valid_to) == (said, None)
+
+
+def test_a_message_without_said_at_is_valid_from_when_it_is_recorded() -> None:
+    cmd = c.AppendMessage(space_id=SPACE, session_id=SESSION, role="user", content="hi")
+
+    assert decide(cmd, AT_NOW, lookup_in(WORLD)).valid_from is None
+
+
+def test_a_message_said_within_the_clock_skew_allowance_ahead_is_accepted() -> None:
+    assert len(decide(_said(NOW + timedelta(seconds=300)), AT_NOW,
+                      lookup_in(WORLD)).events) == 1
+
+
+def test_a_message_said_beyond_the_clock_skew_allowance_ahead_is_refused_naming_said_at(
+        ) -> None:
+    with pytest.raises(Invalid) as refusal:
+        decide(_said(NOW + timedelta(seconds=301)), AT_NOW, lookup_in(WORLD))
+
+    assert refusal.value.field == "said_at"
+    assert "future" in refusal.value.reason
+
+
+def test_an_embedding_of_a_message_of_an_ended_session_is_recorded() -> None:
+    decision = decide(_message_embedding(session_id=ENDED_SESSION), CTX, lookup_in(WORLD))
+
+    assert decision.target == _enrichment(MESSAGE)
+    assert decision.session_id == ENDED_SESSION
+
+
 def test_an_explicit_id_is_used_instead_of_the_fresh_one() -> None:
     chosen = UUID(int=0xABC)
     cmd = c.AssertMemory(space_id=SPACE, kind="fact", content="x", item_id=chosen)
@@ -352,6 +407,12 @@ NOT_FOUND = [
         MISSING_SPACE, "feedback_unknown_space"),
     _nf(_embedding(space_id=MISSING_SPACE), "space", MISSING_SPACE, "embedding_unknown_space"),
     _nf(_entities(space_id=MISSING_SPACE), "space", MISSING_SPACE, "entities_unknown_space"),
+    _nf(_message_embedding(space_id=MISSING_SPACE), "space", MISSING_SPACE,
+        "message_embedding_unknown_space"),
+    _nf(_message_embedding(session_id=OTHER_SESSION), "session", OTHER_SESSION,
+        "message_embedding_other_space_session"),
+    _nf(_message_embedding(session_id=MISSING_SESSION), "session", MISSING_SESSION,
+        "message_embedding_unknown_session"),
     _nf(_preference_of(space_id=MISSING_SPACE), "space", MISSING_SPACE,
         "preference_unknown_space"),
     # something of another space is reported as missing, not as forbidden

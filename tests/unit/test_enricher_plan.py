@@ -19,12 +19,14 @@ from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
     RecordEntities,
+    RecordMessageEmbedding,
     RecordPreference,
 )
 from memledger_schemas.events import ExtractedEntity
 
 ITEM = "0190a000-0000-7000-8000-0000000000a1"
 MESSAGE = "0190a000-0000-7000-8000-0000000000e1"
+SESSION = "0190a000-0000-7000-8000-0000000000c1"
 EVENT = "0190a000-0000-7000-8000-0000000000f1"
 EMBEDDER = HashingEmbedder(dims=8)
 ADA = "My name is Ada Lovelace and I work at Analytical Engines"
@@ -48,8 +50,14 @@ def revised(version: int = 3, **payload: Any) -> dict[str, Any]:
 
 def message(role: str, content: str) -> dict[str, Any]:
     return document("conversation.message_appended", {
-        "session_id": "s1", "message_id": MESSAGE, "role": role, "content": content},
+        "session_id": SESSION, "message_id": MESSAGE, "role": role, "content": content},
         version=7)
+
+
+def said(role: str, text: str) -> Source:
+    """The source a message of ``role`` makes."""
+    return Source("acme", "notes", UUID(MESSAGE), None, text, EVENT, session_id=UUID(SESSION),
+                  role=role)
 
 
 def plan(document: dict[str, Any]) -> list[CommandBase]:
@@ -70,19 +78,20 @@ def of_type(commands: list[CommandBase], kind: type[CommandBase]) -> list[Any]:
                                             "Alice works at Acme", EVENT)),
     (revised(content="Alice works at Globex"), Source("acme", "notes", UUID(ITEM), 3,
                                                       "Alice works at Globex", EVENT)),
-    (message("user", "I prefer tea"), Source("acme", "notes", UUID(MESSAGE), None,
-                                             "I prefer tea", EVENT)),
+    (message("user", "I prefer tea"), said("user", "I prefer tea")),
     (document("conversation.message_appended", {
-        "session_id": "s1", "message_id": MESSAGE, "role": "user", "text": "I prefer tea"}),
-     Source("acme", "notes", UUID(MESSAGE), None, "I prefer tea", EVENT)),
-], ids=["asserted", "revised with content", "user message", "user message as text"])
+        "session_id": SESSION, "message_id": MESSAGE, "role": "user", "text": "I prefer tea"}),
+     said("user", "I prefer tea")),
+    (message("assistant", "I prefer to answer briefly"),
+     said("assistant", "I prefer to answer briefly")),
+    (message("tool", "42 rows"), said("tool", "42 rows")),
+], ids=["asserted", "revised with content", "user message", "user message as text",
+        "assistant message", "tool message"])
 def test_these_events_carry_a_text_to_enrich(event: dict[str, Any], expected: Source) -> None:
     assert source_of(event) == expected
 
 
 @pytest.mark.parametrize("event", [
-    message("assistant", "I prefer to answer briefly"),
-    message("system", "My name is Ada Lovelace"),
     message("user", ""),
     revised(importance=0.9),
     revised(content=None, tags=["work"]),
@@ -91,7 +100,7 @@ def test_these_events_carry_a_text_to_enrich(event: dict[str, Any], expected: So
                                  "vector": [1.0]}),
     document("preference.extracted", {"source_item_id": ITEM, "value": "I prefer tea"}),
     document("session.started", {"session_id": "s1"}),
-], ids=["assistant message", "system message", "empty message", "revision of importance",
+], ids=["empty message", "revision of importance",
         "revision of tags", "retraction", "its own embedding", "its own preference",
         "another event"])
 def test_these_events_carry_nothing_to_enrich(event: dict[str, Any]) -> None:
@@ -163,9 +172,25 @@ def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() 
         ("profile.name", "Ada Lovelace"), ("profile.company", "Analytical Engines")]
 
 
-def test_a_message_gets_no_embedding_and_no_entities_only_preferences() -> None:
+def test_a_user_message_is_embedded_and_gives_preferences_but_no_entities() -> None:
     commands = plan(message("user", ADA))
-    assert [type(c) for c in commands] == [RecordPreference, RecordPreference]
+    assert [type(c).__name__ for c in commands] == [
+        "RecordMessageEmbedding", "RecordPreference", "RecordPreference"]
+
+
+def test_a_message_is_embedded_naming_its_session_and_message_with_its_own_key() -> None:
+    [embedding] = of_type(plan(message("user", "I prefer tea")), RecordMessageEmbedding)
+    assert (embedding.space_id, embedding.session_id, embedding.message_id) == (
+        "notes", UUID(SESSION), UUID(MESSAGE))
+    assert list(embedding.vector) == EMBEDDER.embed_query("I prefer tea")
+    assert embedding.dims == 8
+    assert embedding.idempotency_key == f"enricher/embed/{MESSAGE}/0/{EMBEDDER.model_id}"
+
+
+@pytest.mark.parametrize("role", ["assistant", "system", "tool"])
+def test_a_message_not_said_by_the_user_is_only_embedded(role: str) -> None:
+    commands = plan(message(role, "My name is Ada Lovelace and I prefer tea"))
+    assert [type(c) for c in commands] == [RecordMessageEmbedding]
 
 
 def test_an_item_with_nothing_to_extract_is_only_embedded() -> None:

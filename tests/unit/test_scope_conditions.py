@@ -41,11 +41,17 @@ def payloads(draw: st.DrawFn) -> dict[str, Any]:
              "valid_from": float(valid_from), "valid_to": draw(bound(valid_from + 1, 30)),
              "sys_from": sys_from, "sys_to": draw(bound(sys_from + 1, 30))}
     archived = draw(st.one_of(st.none(), bound(sys_from, 30)))
+    if draw(st.booleans()):  # a message: a role, and maybe who said it
+        found.update(kind="message", role=draw(st.sampled_from(ROLES)),
+                     participant=draw(st.one_of(st.none(), st.sampled_from(PEOPLE))))
     return found if archived is None else {**found, "archived_from": archived}
 
 
+ROLES, PEOPLE = ["user", "assistant", "tool"], ["Ann", "Bob"]
 scopes = st.builds(Scope, tenant=st.just("acme"), valid_at=st.integers(0, 32).map(float),
-                   position=st.one_of(st.none(), st.integers(0, 32)))
+                   position=st.one_of(st.none(), st.integers(0, 32)),
+                   roles=st.lists(st.sampled_from(ROLES), max_size=2).map(tuple),
+                   participant=st.one_of(st.none(), st.sampled_from(PEOPLE)))
 
 
 @settings(max_examples=300)

@@ -164,7 +164,8 @@ def test_the_signals_of_every_layers_candidates_are_looked_up_once_and_reorder_h
     assert best.explain["utility_factor"] > 1
 
 
-def test_session_memory_is_searched_only_by_naming_its_session() -> None:
+def test_session_memory_is_searched_only_by_naming_its_session_and_messages_everywhere(
+        ) -> None:
     from datetime import UTC, datetime
     from uuid import UUID
 
@@ -174,7 +175,7 @@ def test_session_memory_is_searched_only_by_naming_its_session() -> None:
 
     at = Basis(position=5, recorded_at=None, valid_at=datetime(2026, 1, 1, tzinfo=UTC))
     flat = _layers("acme", SearchRequest(query="q", spaces=["main"]), at, 5, ())
-    assert [layer.scope.layers for layer in flat] == [("project", "ecosystem")]
+    assert [layer.scope.layers for layer in flat] == [("project", "conversation", "ecosystem")]
     session = UUID(int=3)
     named = _layers("acme", SearchRequest(query="q", session_id=session), at, 5, ())
     assert [(layer.scope.session, layer.scope.layers) for layer in named] == [(str(session), ())]
@@ -182,7 +183,9 @@ def test_session_memory_is_searched_only_by_naming_its_session() -> None:
                                             scope="hierarchical"), at, 5, ("main",))
     assert [(layer.name, layer.scope.layers, layer.scope.spaces) for layer in layered] == [
         ("session", (), ()), ("project", ("project",), ()),
-        ("ecosystem", ("ecosystem",), ("main",))]
+        ("conversation", ("conversation",), ()), ("ecosystem", ("ecosystem",), ("main",))]
+    # earlier turns of other sessions only: the session's own come with its layer
+    assert [layer.other_than_session for layer in layered] == [None, None, str(session), None]
 
 
 def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searches() -> None:

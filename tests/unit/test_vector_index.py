@@ -130,6 +130,19 @@ class VectorIndexContract:
         assert ids(index, now(session="s1")) == ["1"]
         assert ids(index, now(agent="bot")) == ["1"]
 
+    def test_roles_and_participant_narrow_the_scope_to_messages_that_have_them(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, kind="message", role="user", participant="Ann"),
+                      point("2", X, {RARE: 1.0}, kind="message", role="tool"),
+                      point("3", X, {RARE: 1.0})])  # an item: no role, no participant
+        assert sorted(ids(index, now())) == ["1", "2", "3"]
+        by_role = now(roles=("user", "assistant"))
+        assert ids(index, by_role) == keyword_ids(index, by_role, RARE) == ["1"]
+        assert sorted(ids(index, now(roles=("user", "tool")))) == ["1", "2"]
+        assert ids(index, now(participant="Ann")) == ["1"]
+        assert ids(index, now(participant="Bob")) == []
+        assert sorted(ids(index, now(kinds=("message",)))) == ["1", "2"]
+
     def test_current_only_by_default_and_as_of_a_position_on_request(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", sys_from=1, sys_to=5),  # replaced at position 5

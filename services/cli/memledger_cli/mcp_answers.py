@@ -14,6 +14,7 @@ from memledger_client.results import (
     History,
     Item,
     SearchAnswer,
+    SearchHit,
     WriteResult,
 )
 
@@ -30,12 +31,20 @@ class Remembered(Answer):
 
 
 class Hit(Answer):
-    item_id: str
+    item_id: str = Field(description="the memory item's id (a message's: its message id)")
     space_id: str
-    kind: str
+    kind: str = Field(description="a memory kind, or 'message' for a conversation message")
     content: str
     tags: list[str]
     score: float
+    session_id: str | None = None
+    message_id: str | None = None
+    role: str | None = None
+    participant: str | None = None
+    said_at: datetime | None = None
+    context: list[str] | None = Field(default=None, description="with window: the turns "
+                                      "around a message, as 'participant: text' lines, the "
+                                      "message itself marked '>'")
 
 
 class Recalled(Answer):
@@ -111,9 +120,28 @@ def remembered(result: WriteResult, space_id: str) -> Remembered:
 
 
 def recalled(answer: SearchAnswer) -> Recalled:
-    return Recalled(basis=answer.basis, hits=[
-        Hit(item_id=h.item_id, space_id=h.space_id, kind=h.kind, content=h.content,
-            tags=h.tags, score=h.score) for h in answer.results])
+    return Recalled(basis=answer.basis, hits=[hit(h) for h in answer.results])
+
+
+def hit(found: SearchHit) -> Hit:
+    said = found.kind == "message"
+    return Hit(item_id=found.item_id, space_id=found.space_id, kind=found.kind,
+               content=found.content, tags=found.tags, score=found.score,
+               session_id=found.session_id if said else None, message_id=found.message_id,
+               role=found.role, participant=found.participant, said_at=found.said_at,
+               context=_around(found) if found.window is not None else None)
+
+
+def _around(found: SearchHit) -> list[str]:
+    window = found.window
+    assert window is not None  # asked only of a hit with a window
+    return ([_line(t.participant or t.role, t.content) for t in window.before]
+            + [_line(found.participant or found.role, found.content, ">")]
+            + [_line(t.participant or t.role, t.content) for t in window.after])
+
+
+def _line(who: str | None, text: str, mark: str = " ") -> str:
+    return f"{mark} {who}: {text}"
 
 
 def context(answer: ContextAnswer) -> Context:
@@ -122,7 +150,8 @@ def context(answer: ContextAnswer) -> Context:
                    query=answer.query)
 
 
-ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted"})
+ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted",
+                        "conversation.message_embedded"})
 """Bookkeeping of the enricher (vectors, mentions): left out of what an agent is shown."""
 
 

@@ -24,8 +24,9 @@ from memledger_cli.mcp_answers import (
 )
 from memledger_client import AsyncClient, Conflict, NotFound, WriteResult
 from memledger_client.writes import command
+from memledger_query.semantic_dto import MAX_WINDOW, SearchKind
 from memledger_schemas.commands import AssertMemory
-from memledger_schemas.events import MemoryKind
+from memledger_schemas.events import MemoryKind, Role
 
 Failures = Callable[[str, str, str], AbstractContextManager[None]]
 """``failures(tool, base_url, space)``: turns client errors into tool errors."""
@@ -77,17 +78,28 @@ class Tools:
 
     async def recall(
         self, query: Annotated[str, Field(description="what to look for, in plain words")],
-        space: ReadSpace = None, kinds: list[MemoryKind] | None = None, tags: Tags = None,
+        space: ReadSpace = None, kinds: Annotated[list[SearchKind] | None, Field(
+            description="memory kinds and/or 'message' (what was said in conversations); "
+                        "default: all")] = None, tags: Tags = None,
         mode: Annotated[Literal["execution", "planning", "brainstorming"], Field(
             description="execution: few close matches; planning: more; brainstorming: "
                         "many, loose")] = "planning",
         k: Annotated[int | None, Field(ge=1, le=100)] = None, valid_at: ValidAt = None,
-        as_of_position: AsOfPosition = None) -> Recalled:
-        """Search memories by meaning and by words; best first, with their ids."""
+        as_of_position: AsOfPosition = None,
+        session_id: Annotated[str | None, Field(
+            description="only this conversation's messages and memory")] = None,
+        participant: Annotated[str | None, Field(
+            description="only messages said by this participant")] = None,
+        role: Annotated[Role | None, Field(description="only messages of this role")] = None,
+        window: Annotated[int, Field(ge=0, le=MAX_WINDOW, description=(
+            "with each message found, this many turns before and after it"))] = 0) -> Recalled:
+        """Search memories and conversation messages by meaning and by words; best first,
+        with their ids (a message also with its session, who said it and when)."""
         with self._guard("recall"):
             answer = await self.client.search(
                 query, spaces=self._spaces(space), kinds=kinds or [], tags=tags or [],
-                mode=mode, k=k, valid_at=valid_at, as_of_position=as_of_position)
+                mode=mode, k=k, valid_at=valid_at, as_of_position=as_of_position,
+                session_id=session_id, participant=participant, role=role, window=window)
             return answers.recalled(answer)
 
     async def get_context(

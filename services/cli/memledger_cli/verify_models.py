@@ -138,6 +138,12 @@ def table_digests(conn: psycopg.Connection[Any], s: str) -> dict[Key, tuple[int,
 
 
 def version_rows(conn: psycopg.Connection[Any], s: str) -> Iterator[tuple[str, str, Row]]:
+    """Every item version and every message as a vector-index row, streamed."""
+    yield from _item_rows(conn, s)
+    yield from _message_rows(conn, s)
+
+
+def _item_rows(conn: psycopg.Connection[Any], s: str) -> Iterator[tuple[str, str, Row]]:
     """Every item version as a vector-index row, streamed (a server-side cursor)."""
     query = sql.SQL(
         "SELECT t.tenant_id, i.space_id, t.item_id::text, t.sys_from, t.sys_to, lower(t.valid), "
@@ -154,10 +160,26 @@ def version_rows(conn: psycopg.Connection[Any], s: str) -> Iterator[tuple[str, s
                                      content or "")
 
 
+def _message_rows(conn: psycopg.Connection[Any], s: str) -> Iterator[tuple[str, str, Row]]:
+    """Every message as a vector-index row: one point, valid from when it was said, known
+    from its position, never closed (an erased subject's messages leave the index)."""
+    query = sql.SQL(
+        "SELECT tenant_id, space_id, message_id::text, position, coalesce(said_at, recorded_at), "
+        "content FROM {s}.messages WHERE content IS DISTINCT FROM %s").format(
+        s=sql.Identifier(s))
+    with conn.transaction(), conn.cursor(name=f"verify_{uuid.uuid4().hex[:8]}") as cur:
+        cur.itersize = _BATCH
+        cur.execute(query, (ERASED,))
+        for tenant, space, message, position, said, content in cur:
+            yield tenant, space, Row(message, position, None, micros(said), None, None, content)
+
+
 def items_of(conn: psycopg.Connection[Any], s: str) -> list[tuple[str, str, str]]:
+    """Every item and every message, as (tenant, space, id): the ids of the index's points."""
     return [(t, sp, i) for t, sp, i in conn.execute(sql.SQL(
-        "SELECT tenant_id, space_id, item_id::text FROM {}.items").format(
-        sql.Identifier(s))).fetchall()]
+        "SELECT tenant_id, space_id, item_id::text FROM {s}.items UNION ALL "
+        "SELECT tenant_id, space_id, message_id::text FROM {s}.messages").format(
+        s=sql.Identifier(s))).fetchall()]
 
 
 def _catch_up(conn: psycopg.Connection[Any], event_store: EventStore, target: str,

@@ -22,7 +22,14 @@ the HTTP API of ingest (writes) and query (reads, search, context).
 """
 
 from memledger_client.async_client import AsyncClient
-from memledger_client.calls import AsOf, Consistency, ContextOptions, ItemFilters, SearchOptions
+from memledger_client.calls import (
+    AsOf,
+    Consistency,
+    ContextOptions,
+    ItemFilters,
+    SearchOptions,
+    SessionFilters,
+)
 from memledger_client.core import DEFAULT_URL, TENANT_HEADER, Resilience
 from memledger_client.degrade import BreakerPolicy, StaleCache
 from memledger_client.errors import (
@@ -49,5 +56,5 @@ __all__ = [
     "BreakerPolicy", "CircuitOpen", "Client", "CommandMeta", "Conflict", "Consistency",
     "ContextOptions", "FieldError", "Forbidden", "InvalidRequest", "ItemFilters", "MemledgerError",
     "NotFound", "NotYetVisible", "RateLimited", "Resilience", "RetryPolicy", "SearchOptions",
-    "StaleCache", "Unauthorized", "Unavailable", "Unreachable", "WriteResult",
+    "SessionFilters", "StaleCache", "Unauthorized", "Unavailable", "Unreachable", "WriteResult",
 ]

@@ -17,6 +17,7 @@ from memledger_client.calls import (
     ContextOptions,
     ItemFilters,
     SearchOptions,
+    SessionFilters,
 )
 from memledger_client.core import DEFAULT_URL, Core, Resilience
 from memledger_client.degrade import Group
@@ -34,6 +35,7 @@ from memledger_client.results import (
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SessionList,
     SpaceList,
     WriteResult,
 )
@@ -148,6 +150,11 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
                        **consistency: Unpack[Consistency]) -> Conversation:
         return await self.call(calls.messages(space_id, session_id, as_of_position, limit,
                                               consistency))
+
+    async def sessions(self, space_id: str, **filters: Unpack[SessionFilters]) -> SessionList:
+        """A page of the space's sessions, most recently started first (pass
+        ``next_cursor`` as ``after`` for the next)."""
+        return await self.call(calls.sessions(space_id, filters))
 
     async def graph(self, space_id: str, *, as_of_position: int | None = None,
                     **consistency: Unpack[Consistency]) -> Graph:

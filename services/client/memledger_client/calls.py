@@ -30,6 +30,7 @@ from memledger_client.results import (
     ItemAnswer,
     ItemList,
     SearchAnswer,
+    SessionList,
     SpaceList,
     WriteResult,
 )
@@ -37,11 +38,12 @@ from memledger_query.semantic_dto import (
     ContextRequest,
     ContextShares,
     LayerLimits,
+    SearchKind,
     SearchRequest,
     Weights,
 )
 from memledger_schemas.commands import CommandBase, CommandBatch
-from memledger_schemas.events import MemoryKind
+from memledger_schemas.events import MemoryKind, Role
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -103,7 +105,12 @@ class SearchOptions(AsOf, total=False):
     spaces: Sequence[str]
     session_id: UUID | str | None
     agent_id: str | None
-    kinds: Sequence[MemoryKind]
+    kinds: Sequence[SearchKind]
+    """Memory kinds and/or "message" (conversation messages); none: all of them."""
+    participant: str | None
+    role: Role | Sequence[Role] | None
+    window: int
+    """With each message hit, this many turns before and after it in its session."""
     tags: Sequence[str]
     subject: str | None
     mode: Literal["execution", "planning", "brainstorming"]
@@ -114,6 +121,21 @@ class SearchOptions(AsOf, total=False):
     weights: Weights | Mapping[str, float]
     explain: bool
     audit: bool
+
+
+class SessionFilters(Consistency, total=False):
+    """Which sessions of a space to list; the windows are half-open ([from, to))."""
+
+    agent_id: str | None
+    participant: str | None
+    status: Literal["active", "ended"] | None
+    started_from: datetime | None
+    started_to: datetime | None
+    ended_from: datetime | None
+    ended_to: datetime | None
+    limit: int
+    after: str | None
+    """``next_cursor`` of the previous page."""
 
 
 class ContextOptions(AsOf, total=False):
@@ -198,6 +220,10 @@ def messages(space_id: str, session_id: UUID | str, as_of_position: int | None, 
     return _get(f"/v1/spaces/{_seg(space_id)}/sessions/{_seg(session_id)}/messages",
                 Conversation.model_validate,
                 {**consistency, "as_of_position": as_of_position, "limit": limit})
+
+
+def sessions(space_id: str, filters: SessionFilters) -> Call[SessionList]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/sessions", SessionList.model_validate, filters)
 
 
 def graph(space_id: str, as_of_position: int | None, consistency: Consistency) -> Call[Graph]:

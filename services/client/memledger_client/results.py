@@ -21,6 +21,8 @@ from memledger_query.dto import (
     Message,
     Rectangle,
     Relation,
+    SessionList,
+    SessionSummary,
     SpaceList,
     SpaceSummary,
 )
@@ -29,6 +31,8 @@ from memledger_query.semantic_dto import (
     ContextEntry,
     ContextSection,
     SearchHit,
+    Turn,
+    Window,
 )
 from memledger_query.semantic_dto import SearchAnswer as ServerSearchAnswer
 
@@ -56,8 +60,12 @@ __all__ = [
     "Relation",
     "SearchAnswer",
     "SearchHit",
+    "SessionList",
+    "SessionSummary",
     "SpaceList",
     "SpaceSummary",
+    "Turn",
+    "Window",
     "WriteResult",
 ]
 

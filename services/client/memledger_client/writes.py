@@ -76,10 +76,12 @@ class WriteMethods(ABC, Generic[W]):
 
     def append_message(self, space_id: str, session_id: UUID | str, role: Role, content: str,
                        *, participant: str | None = None, message_id: UUID | None = None,
-                       **meta: Unpack[CommandMeta]) -> W:
+                       said_at: datetime | None = None, **meta: Unpack[CommandMeta]) -> W:
+        """``said_at``: when it was said, if not now (imported history): the message is
+        valid from then, and found by searches as of then on."""
         return self.send(command(AppendMessage, space_id=space_id, session_id=session_id,
                                  role=role, content=content, participant=participant,
-                                 message_id=message_id, **meta))
+                                 message_id=message_id, said_at=said_at, **meta))
 
     def assert_memory(self, space_id: str, content: str, *, kind: MemoryKind = "fact",
                       tags: Sequence[str] = (), confidence: float | None = None,

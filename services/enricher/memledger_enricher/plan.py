@@ -4,12 +4,14 @@ restart, is answered from the first commit instead of being recorded twice).
 
 - a memory item's content (asserted, or revised with new content) is embedded
   (``record_embedding``) and scanned for entity mentions (``record_entities``);
-- that content, and what a user says in a conversation, is scanned by the extraction rules
-  (``record_preference``).
+- every conversation message (any role) is embedded (``record_message_embedding``), so that
+  search finds it by meaning;
+- a memory item's content, and what a user says in a conversation, is scanned by the
+  extraction rules (``record_preference``).
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +21,7 @@ from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
     RecordEntities,
+    RecordMessageEmbedding,
     RecordPreference,
 )
 from memledger_schemas.events import ExtractedEntity
@@ -46,10 +49,19 @@ class Source:
     """The data subject of the text: what is learned from it belongs to them too."""
     key_id: str | None = None
     """The key that sealed the text (what is learned is refused once it is destroyed)."""
+    session_id: UUID | None = None
+    """A message's session (``None`` for an item)."""
+    role: str | None = None
+    """A message's role (``None`` for an item)."""
 
     @property
     def embeds(self) -> bool:
-        return self.item_version is not None
+        return True
+
+    @property
+    def extracts(self) -> bool:
+        """Whether the extraction rules read it: an item's content, or what a user said."""
+        return self.session_id is None or self.role == "user"
 
 
 def source_of(document: dict[str, Any]) -> Source | None:
@@ -63,9 +75,12 @@ def source_of(document: dict[str, Any]) -> Source | None:
             return None  # a revision of attributes only: the embedding still holds
         return _source(document, UUID(str(payload["item_id"])), int(document["stream_version"]),
                        payload["content"])
-    if event_type == "conversation.message_appended" and payload.get("role") == "user":
+    if event_type == "conversation.message_appended":
         text = payload.get("content", payload.get("text"))
-        return _source(document, UUID(str(payload["message_id"])), None, text) if text else None
+        if not text:
+            return None
+        return replace(_source(document, UUID(str(payload["message_id"])), None, text),
+                       session_id=UUID(str(payload["session_id"])), role=payload.get("role"))
     return None
 
 
@@ -82,11 +97,10 @@ def commands_for(source: Source, vector: list[float] | None, model: str) -> list
     common: dict[str, Any] = {"actor": ACTOR, "correlation_id": source.correlation_id[:512],
                               "subject_id": source.subject, "source_key_id": source.key_id}
     version = source.item_version
-    if vector is not None and version is not None:
-        found.append(RecordEmbedding(
-            idempotency_key=_key("embed", source, model), space_id=source.space,
-            item_id=source.item_id, item_version=version, model=model, dims=len(vector),
-            vector=tuple(vector), **common))
+    if vector is not None:
+        found.append(_embedding(source, vector, model, common))
+    if not source.extracts:
+        return found
     extractions = extract(source.text)
     for index, extraction in enumerate(extractions):
         found.append(RecordPreference(
@@ -101,6 +115,21 @@ def commands_for(source: Source, vector: list[float] | None, model: str) -> list
             item_id=source.item_id, item_version=version, extractor=EXTRACTOR,
             entities=tuple(entities), **common))
     return found
+
+
+def _embedding(source: Source, vector: list[float], model: str, common: dict[str, Any]
+               ) -> CommandBase:
+    key = _key("embed", source, model)
+    if source.session_id is not None:
+        return RecordMessageEmbedding(
+            idempotency_key=key, space_id=source.space, session_id=source.session_id,
+            message_id=source.item_id, model=model, dims=len(vector), vector=tuple(vector),
+            **common)
+    assert source.item_version is not None  # an item's source always names its version
+    return RecordEmbedding(
+        idempotency_key=key, space_id=source.space, item_id=source.item_id,
+        item_version=source.item_version, model=model, dims=len(vector), vector=tuple(vector),
+        **common)
 
 
 def _key(what: str, source: Source, detail: str) -> str:

@@ -83,7 +83,8 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     limits = WriterLimits(settings.writer_max_group_events, settings.writer_max_group_bytes,
                           settings.writer_commit_timeout_seconds)
     writer = GroupCommitWriter(store, limits=limits,
-                               linger_seconds=settings.writer_linger_ms / 1000, keyring=keyring)
+                               linger_seconds=settings.writer_linger_ms / 1000, keyring=keyring,
+                               clock_skew_seconds=settings.clock_skew_seconds)
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
     return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool,
                          endpoints.postgres_dsn)

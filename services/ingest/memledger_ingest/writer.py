@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -108,11 +109,12 @@ class GroupCommitWriter:
                  linger_seconds: float = 0.002, linger_below: int = 16,
                  cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
                  new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
-                 keyring: Keyring | None = None) -> None:
+                 keyring: Keyring | None = None, clock_skew_seconds: float = 300.0) -> None:
         self._store = store
         self._limits = limits
         self._watch = CommitWatch(limits.commit_timeout_seconds, store.interrupt)
         self._stopping = False
+        self._skew = timedelta(seconds=clock_skew_seconds)
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._live_sources: set[str] = set()
@@ -181,7 +183,8 @@ class GroupCommitWriter:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
         now = self._clock.now()
-        contexts = tuple(Context(tenant, self._new_id(), actor, now) for _ in commands)
+        contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew)
+                         for _ in commands)
         size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))
         return await future

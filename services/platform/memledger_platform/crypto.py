@@ -52,6 +52,7 @@ PERSONAL: dict[str, dict[str, Any]] = {
     "conversation.message_appended": {"content": ERASED, "text": ERASED, "participant": None},
     "preference.extracted": {"value": ERASED},
     "memory.embedded": {"vector": None},
+    "conversation.message_embedded": {"vector": None},
     "memory.entities_extracted": {"entities": []},
     "entity.upserted": {"name": ERASED, "aliases": []},
     "relation.retracted": _REASON,

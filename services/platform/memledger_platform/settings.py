@@ -102,6 +102,9 @@ class Settings(BaseSettings):
                                       "polling fallback to NOTIFY")
     projector_batch: int = Field(default=500, ge=1, le=10_000,
                                  description="events per projector transaction")
+    clock_skew_seconds: float = Field(
+        default=300.0, ge=0, le=86_400, description="how far ahead of the server's clock a "
+        "client may say something happened (a message's said_at); later is refused")
     intake_enabled: bool = Field(default=True, description="whether ingest consumes the NATS "
                                  "intake subjects")
     intake_batch: int = Field(default=256, ge=1, le=10_000,

@@ -151,7 +151,7 @@ def _message_appended(p: Projection, e: Event) -> None:
         "position": e.position, "role": e.payload["role"],
         "content": e.payload.get("content", e.payload.get("text")),
         "participant": e.payload.get("participant"), "agent_id": e.agent_id,
-        "recorded_at": e.recorded_at})
+        "recorded_at": e.recorded_at, "said_at": e.valid_from or e.recorded_at})
 
 
 def _preference_extracted(p: Projection, e: Event) -> None:

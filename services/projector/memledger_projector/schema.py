@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS {s}.sessions (
 CREATE TABLE IF NOT EXISTS {s}.messages (
     tenant_id text, space_id text NOT NULL, session_id uuid NOT NULL, message_id uuid,
     position bigint NOT NULL, role text NOT NULL, content text NOT NULL, participant text,
-    agent_id text, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant_id, message_id));
+    agent_id text, recorded_at timestamptz NOT NULL, said_at timestamptz,
+    PRIMARY KEY (tenant_id, message_id));
 CREATE TABLE IF NOT EXISTS {s}.preferences (
     tenant_id text, space_id text NOT NULL, position bigint, source_item_id uuid NOT NULL,
     rule_id text NOT NULL, category text NOT NULL, value text NOT NULL,
@@ -84,9 +85,24 @@ CREATE TABLE IF NOT EXISTS {s}.changes (
     valid_to timestamptz, payload jsonb NOT NULL);
 """
 
+_ADDED_COLUMNS = """
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = {name}
+                   AND table_name = 'messages' AND column_name = 'said_at') THEN
+        -- a projection made before messages had a said_at: theirs is when they were
+        -- recorded (none could name another), as a rebuild would make it
+        ALTER TABLE {s}.messages ADD COLUMN said_at timestamptz;
+        UPDATE {s}.messages SET said_at = recorded_at;
+    END IF;
+END $$;
+"""
+"""Columns added to a published table, added (and filled) in a projection that lacks them."""
+
 _INDEXES = {
     "messages": "CREATE INDEX IF NOT EXISTS messages_by_session ON {s}.messages "
                 "(tenant_id, session_id, position);",
+    "sessions": "CREATE INDEX IF NOT EXISTS sessions_by_space ON {s}.sessions "
+                "(tenant_id, space_id, started_at, session_id);",
     "preferences": "CREATE INDEX IF NOT EXISTS preferences_by_space ON {s}.preferences "
                    "(tenant_id, space_id, position);",
     "signals": """
@@ -156,6 +172,7 @@ def create(conn: Connection[Any], names: Names, version: int, *, indexes: bool =
     bulk load (``add_indexes`` afterwards builds each in one pass)."""
     name = names.schema(version)
     conn.execute(sql.SQL(_TABLES).format(s=sql.Identifier(name)))
+    conn.execute(sql.SQL(_ADDED_COLUMNS).format(s=sql.Identifier(name), name=sql.Literal(name)))
     if indexes:
         add_indexes(conn, name)
     return name

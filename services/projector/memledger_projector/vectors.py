@@ -1,7 +1,8 @@
 """The vector read model as a fold of events: one index point per bi-temporal row of a memory
 item (the same XTDB rectangles as the PostgreSQL model), carrying its scope and both time
 bounds, its keyword (sparse) vector from the start and its dense vector once the enricher's
-``memory.embedded`` for that content arrives.
+``memory.embedded`` for that content arrives; and one per conversation message
+(``vector_messages``).
 
 Idempotent without a checkpoint: applying the event at position P to an item first rolls the
 item back to what it was before P (rows made at or after P are dropped, rows closed at or after
@@ -23,13 +24,16 @@ from memledger_platform.vectorindex.port import OPEN, IndexedPoint
 from memledger_projector import temporal
 from memledger_projector.projection import Event, event_from, layer_of
 from memledger_projector.temporal import Version
+from memledger_projector.vector_messages import EMBEDDED as MESSAGE_EMBEDDED
+from memledger_projector.vector_messages import EVENT_TYPES as MESSAGE_EVENTS
+from memledger_projector.vector_messages import MessageFold
 
 log = logging.getLogger(__name__)
 
 _NAMESPACE = uuid.UUID("6c0b7c4e-61c7-4f0a-9a43-3f1f4b1f3a10")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EVENT_TYPES = ("memory.asserted", "memory.revised", "memory.retracted", "memory.superseded",
-               "memory.archived", "memory.promoted", "memory.embedded")
+               "memory.archived", "memory.promoted", "memory.embedded", *MESSAGE_EVENTS)
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -68,14 +72,20 @@ class VectorFold:
         self._cache_items = cache_items
         self._dirty: dict[str, IndexedPoint] = {}
         self._gone: set[str] = set()
+        self._messages = MessageFold(load, cache=cache_items)
         self.position = 0
         self.skipped_models: set[str] = set()
 
     def apply(self, ve: VectorEvent) -> None:
         e = ve.event
-        if e.event_type not in EVENT_TYPES:
-            self.position = max(self.position, e.position)
-            return
+        if e.event_type in MESSAGE_EVENTS:
+            self._message(ve)
+        elif e.event_type in EVENT_TYPES:
+            self._memory(ve)
+        self.position = max(self.position, e.position)
+
+    def _memory(self, ve: VectorEvent) -> None:
+        e = ve.event
         key = (e.tenant_id, str(e.payload["item_id"]))
         item = self._item(key, new=e.event_type == "memory.asserted" and ve.stream_version == 1)
         if e.event_type == "memory.embedded":
@@ -83,7 +93,13 @@ class VectorFold:
         else:
             self._rollback(key, item, e.position)
             _CHANGES[e.event_type](self, key, item, ve)
-        self.position = max(self.position, e.position)
+
+    def _message(self, ve: VectorEvent) -> None:
+        e = ve.event
+        if e.event_type != MESSAGE_EMBEDDED:
+            self._messages.appended(e, ve.subject_id)
+        elif self._comparable(e.payload["model"]):
+            self._messages.embedded(e)
 
     def forget_subject(self, tenant: str, subject_id: str) -> None:
         """After the index dropped a subject's points: drop its items here too (and any of
@@ -94,17 +110,21 @@ class VectorFold:
                 del self._items[key]
                 for _, point_id in item.rows:
                     self._dirty.pop(point_id, None)
+        self._messages.forget_subject(tenant, subject_id)
 
     def forget(self) -> None:
         """Drop every item folded so far (the index lost writes: the log is folded again
         from its last flush, and the items are read back from the index)."""
         self._items.clear()
         self._dirty, self._gone = {}, set()
+        self._messages.forget()
 
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
         upserts, gone = list(self._dirty.values()), sorted(self._gone - set(self._dirty))
         self._dirty, self._gone = {}, set()
+        said, unsaid = self._messages.take()
+        upserts, gone = upserts + said, gone + unsaid
         # Evicted only now: an item dropped mid-batch would be reloaded without the changes
         # not yet written, and the index holds them only once the caller writes these.
         while len(self._items) > self._cache_items:
@@ -161,13 +181,19 @@ class VectorFold:
         for row, point_id in item.rows:
             self._mark(key, item, row, point_id)
 
+    def _comparable(self, model: str) -> bool:
+        """Whether vectors of ``model`` are this index's (another model's, after the embedder
+        was changed, are not comparable to queries: skipped, and remembered as such)."""
+        if model == self._model:
+            return True
+        if model not in self.skipped_models:
+            log.warning("vector index skips embeddings of model %s (index model: %s)",
+                        model, self._model)
+            self.skipped_models.add(model)
+        return False
+
     def _embedded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
-        if e.payload["model"] != self._model:
-            # Another model's vectors (the embedder was changed): not comparable to queries.
-            if e.payload["model"] not in self.skipped_models:
-                log.warning("vector index skips embeddings of model %s (index model: %s)",
-                            e.payload["model"], self._model)
-                self.skipped_models.add(e.payload["model"])
+        if not self._comparable(e.payload["model"]):
             return
         version = int(e.payload["item_version"])
         item.vectors[version] = array("f", e.payload["vector"])

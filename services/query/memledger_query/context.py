@@ -1,5 +1,6 @@
 """Packing an agent's context: pure. Sections in priority order (the current session's turns,
-the memories relevant to the query, standing preferences and steering rules, recent history),
+the memories relevant to the query, the relevant earlier turns of other sessions, standing
+preferences and steering rules, recent history),
 each given its share of the token budget; what a section leaves unused passes to the next.
 The bundle never exceeds the budget: every entry and header is counted before it is taken, and
 the rendered text is exactly the taken parts joined, so it costs no more than their sum.
@@ -15,10 +16,12 @@ from dataclasses import dataclass, field
 
 TOKENIZER = "chars/4"
 
-ORDER = ("session", "memories", "preferences", "history")
+ORDER = ("session", "memories", "conversations", "preferences", "history")
 TITLES = {"session": "## Current session", "memories": "## Relevant memories",
+          "conversations": "## Earlier conversations",
           "preferences": "## Preferences and rules", "history": "## Recent history"}
-DEFAULT_SHARES = {"session": 1_000, "memories": 500, "preferences": 300, "history": 1_500}
+DEFAULT_SHARES = {"session": 1_000, "memories": 500, "conversations": 500, "preferences": 300,
+                  "history": 1_500}
 
 
 def tokens(text: str) -> int:

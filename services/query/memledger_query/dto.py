@@ -99,6 +99,8 @@ class Message(Frozen):
     participant: str | None
     agent_id: str | None
     recorded_at: datetime
+    said_at: datetime
+    """When it was said (the message's valid time; by default when it was recorded)."""
 
 
 class Conversation(Frozen):
@@ -106,6 +108,30 @@ class Conversation(Frozen):
     session_id: str
     status: str
     messages: list[Message]
+
+
+class SessionSummary(Frozen):
+    session_id: str
+    space_id: str
+    title: str | None
+    agent_id: str | None
+    """The agent that started it."""
+    status: str
+    started_at: datetime
+    ended_at: datetime | None
+    messages: int
+    participants: list[str]
+    first_said_at: datetime | None
+    last_said_at: datetime | None
+
+
+class SessionList(Frozen):
+    """A page of a space's sessions, most recently started first; pass ``next_cursor`` as
+    ``after`` for the next (None: this was the last page)."""
+
+    basis: Basis
+    sessions: list[SessionSummary]
+    next_cursor: str | None
 
 
 class Entity(Frozen):

@@ -119,9 +119,10 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
-    from memledger_query import console_http, listing  # they build on this module
+    from memledger_query import console_http, listing, session_http  # they build on this one
 
     app.include_router(listing.router(reader))
+    app.include_router(session_http.router(reader))
     app.include_router(console_http.router())
     return app
 

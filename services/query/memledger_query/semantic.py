@@ -45,6 +45,8 @@ class Layer:
     name: str
     scope: Scope
     limit: int
+    other_than_session: str | None = None
+    """Leave out what belongs to this session (found by an earlier layer of its own)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
     fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
-                if _about(c, subject)] for layer, found in zip(layers, keyword, strict=True)]
+                if _about(c, subject) and _outside(c, layer.other_than_session)]
+               for layer, found in zip(layers, keyword, strict=True)]
     named = periods() if callable(periods) else periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = signals(wanted) if signals is not None and wanted else {}
@@ -130,6 +133,10 @@ def _vectors_of(index: VectorIndex) -> VectorLookup:
         items = {c.point_id: c.item_id for c in candidates if c.point_id is not None}
         return {items[point]: vector for point, vector in index.vectors(list(items)).items()}
     return lookup
+
+
+def _outside(candidate: Candidate, session: str | None) -> bool:
+    return session is None or candidate.payload.get("session") != session
 
 
 def _about(candidate: Candidate, subject: str | None) -> bool:

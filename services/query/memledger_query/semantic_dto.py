@@ -10,8 +10,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from memledger_query import when
 from memledger_query.dto import Basis, Frozen
 from memledger_query.ranking import Mode
-from memledger_schemas.events import MemoryKind
-from memledger_schemas.types import AgentId, SpaceId, Tag
+from memledger_schemas.events import MemoryKind, Role
+from memledger_schemas.types import AgentId, ShortText, SpaceId, Tag
+
+SearchKind = Literal[MemoryKind, "message"]
+"""What a search can find: memory items of a kind, or conversation messages."""
+MAX_WINDOW = 10
+"""The most turns a message hit brings on either side (``window``)."""
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -41,6 +46,8 @@ class Weights(Strict):
 class LayerLimits(Strict):
     session: int = Field(default=10, ge=0, le=100)
     project: int = Field(default=20, ge=0, le=100)
+    conversation: int = Field(default=10, ge=0, le=100, description="messages of the "
+                              "spaces' other sessions")
     ecosystem: int = Field(default=10, ge=0, le=100)
 
 
@@ -59,7 +66,14 @@ class SearchRequest(TimeTravel):
                                   description="empty: every space of the tenant")
     session_id: UUID | None = None
     agent_id: AgentId | None = None
-    kinds: list[MemoryKind] = Field(default_factory=list)
+    kinds: list[SearchKind] = Field(default_factory=list, description="memory kinds and/or "
+                                    "'message' (conversation messages); empty: all of them")
+    participant: ShortText | None = Field(default=None, description="messages said by this "
+                                          "participant (finds messages only)")
+    role: Role | list[Role] | None = Field(default=None, description="messages of this role "
+                                           "(or any of these; finds messages only)")
+    window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="with each message hit, "
+                        "this many turns before and after it in its session")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     subject: str | None = Field(default=None, max_length=512)
     mode: Mode = "planning"
@@ -68,9 +82,9 @@ class SearchRequest(TimeTravel):
                                     description="minimum relevance (default: the mode's)")
     scope: Literal["filtered", "hierarchical"] = Field(
         default="filtered", description="hierarchical: the session's memories, then the "
-        "project's (spaces; session memory only once promoted), then the ecosystem's (the "
-        "whole tenant's ecosystem layer), each with its limit. filtered without a session_id "
-        "leaves session memory out")
+        "project's (spaces; session memory only once promoted), then the messages of the "
+        "spaces' other sessions, then the ecosystem's (the whole tenant's ecosystem layer), "
+        "each with its limit. filtered without a session_id leaves session memory out")
     layers: LayerLimits = Field(default_factory=LayerLimits)
     weights: Weights | None = Field(default=None, description="set both what is kept "
                                     "(relevance) and the order; null: relevance dense 0.7, "
@@ -87,8 +101,36 @@ class SearchRequest(TimeTravel):
             raise ValueError("scope 'hierarchical' needs session_id")
         return self
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        if self.role is None:
+            return ()
+        return (self.role,) if isinstance(self.role, str) else tuple(self.role)
+
+
+class Turn(Frozen):
+    """A message of a hit's session, beside it."""
+
+    message_id: str
+    position: int
+    role: str
+    participant: str | None
+    content: str
+    said_at: datetime
+
+
+class Window(Frozen):
+    """The turns of a message hit's session just before it and just after it (as of the
+    search's basis), in the order they were appended."""
+
+    before: list[Turn]
+    after: list[Turn]
+
 
 class SearchHit(Frozen):
+    """A memory item's version, or (``kind`` "message") a conversation message: then
+    ``item_id`` is its message id too, and its message fields are set."""
+
     item_id: str
     space_id: str
     kind: str
@@ -104,6 +146,12 @@ class SearchHit(Frozen):
     score: float
     relevance: float
     explain: dict[str, float] | None = None
+    message_id: str | None = None
+    role: str | None = None
+    participant: str | None = None
+    said_at: datetime | None = None
+    window: Window | None = None
+    """With the request's ``window``: the turns around a message hit."""
 
 
 class TimeWindow(Frozen):
@@ -139,6 +187,8 @@ class SearchAnswer(Frozen):
 class ContextShares(Strict):
     session: int = Field(default=1_000, ge=0)
     memories: int = Field(default=500, ge=0)
+    conversations: int = Field(default=500, ge=0, description="relevant earlier turns of "
+                               "the space's other sessions")
     preferences: int = Field(default=300, ge=0)
     history: int = Field(default=1_500, ge=0)
 
@@ -148,7 +198,8 @@ class ContextRequest(TimeTravel):
     session_id: UUID | None = None
     query: str | None = Field(default=None, min_length=1, max_length=4_096,
                               description="default: the session's last user message")
-    budget_tokens: int = Field(default=3_300, ge=16, le=1_000_000)
+    budget_tokens: int = Field(default=3_800, ge=16, le=1_000_000, description="default: "
+                               "the sum of the default shares")
     shares: ContextShares = Field(default_factory=ContextShares)
     audit: bool = Field(default=False, description="record what this call shows "
                         "(retrieval.performed), answered with its retrieval_id; also on when a "

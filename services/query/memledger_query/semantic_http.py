@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
@@ -20,10 +20,13 @@ from fastapi import FastAPI
 
 from memledger_enricher.embedding import Embedder
 from memledger_platform.auth import Denied, Principal, require
+from memledger_platform.vectorindex.port import MESSAGE_KIND as MESSAGE
+from memledger_platform.vectorindex.port import MESSAGE_LAYER as CONVERSATION
 from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query import context as packing
 from memledger_query import (
     context_views,
+    message_views,
     retrievals,
     signal_views,
     steering,
@@ -48,9 +51,11 @@ from memledger_query.semantic_dto import (
     SearchRequest,
     TimeTravel,
     TimeWindow,
+    Window,
 )
 
 _QUERY_CACHE = 2_048
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SEARCH_THREADS = 4
 """Searches and context packs answered at once (the vector index takes one call at a time;
 the rest of a search, ranking and feedback lookups, runs beside it)."""
@@ -257,7 +262,9 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
                             subject=body.subject,
                             signals=_signals(semantic, tenant, at, recipe, signalled),
                             periods=named, rerank=semantic.rerank)
-    hits = [_hit(r, body.explain) for layer in found for r in layer.hits]
+    ranked = [r for layer in found for r in layer.hits]
+    windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
+    hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
@@ -298,33 +305,51 @@ def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signall
 def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str]
             ) -> list[Layer]:
     """Session memory is found only by naming its session: never in a project's or the
-    ecosystem's results unless promoted (``memory.promoted``)."""
+    ecosystem's results unless promoted (``memory.promoted``). Messages are found with the
+    project's memory (layer "conversation"), and by naming their session."""
     def scope(spaces: Sequence[str], session: UUID | None, layers: tuple[str, ...]) -> Scope:
         return Scope(tenant=tenant, valid_at=at.valid_at.timestamp(),
                      position=body.as_of_position if body.as_of_position is not None
                      else (at.position if body.recorded_at is not None else None),
                      spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
                      session=None if session is None else str(session), agent=body.agent_id,
-                     layers=layers)
+                     layers=layers, roles=body.roles, participant=body.participant)
 
     if body.scope == "filtered":
-        layers = () if body.session_id is not None else ("project", "ecosystem")
+        layers = () if body.session_id is not None else ("project", CONVERSATION, "ecosystem")
         return [Layer("filtered", scope(body.spaces, body.session_id, layers), k)]
-    limits = body.layers
+    limits, session = body.layers, str(body.session_id)
     return [Layer("session", scope(body.spaces, body.session_id, ()), limits.session),
             Layer("project", scope(body.spaces, None, ("project",)), limits.project),
+            Layer(CONVERSATION, scope(body.spaces, None, (CONVERSATION,)),
+                  limits.conversation, other_than_session=session),
             Layer("ecosystem", scope(granted, None, ("ecosystem",)), limits.ecosystem)]
 
 
-def _hit(ranked: Ranked, explain: bool) -> SearchHit:
+def _hit(ranked: Ranked, explain: bool, window: Window | None = None) -> SearchHit:
     p = ranked.candidate.payload
+    said = p["kind"] == MESSAGE
     return SearchHit(
         item_id=ranked.candidate.item_id, space_id=p["space"], kind=p["kind"],
         content=p["content"], tags=list(p.get("tags") or ()), importance=p["importance"],
         confidence=p["confidence"], session_id=p.get("session"), agent_id=p.get("agent"),
         valid_from=p["valid_from"], valid_to=None if p["valid_to"] >= OPEN else p["valid_to"],
         layer=ranked.candidate.layer, score=round(ranked.score, 6),
-        relevance=round(ranked.relevance, 6), explain=ranked.explain if explain else None)
+        relevance=round(ranked.relevance, 6), explain=ranked.explain if explain else None,
+        message_id=ranked.candidate.item_id if said else None,
+        role=p.get("role") if said else None, participant=p.get("participant"),
+        said_at=_EPOCH + timedelta(seconds=p["valid_from"]) if said else None, window=window)
+
+
+def _windows(semantic: Semantic, tenant: str, ranked: Sequence[Ranked], n: int, at: Basis
+             ) -> dict[str, Window]:
+    """The ``n`` turns before and after each message hit, by message id (one read for all)."""
+    said = [message_views.Said(r.candidate.item_id, str(p["session"]), int(p["sys_from"]))
+            for r in ranked if (p := r.candidate.payload)["kind"] == MESSAGE]
+    if not said:
+        return {}
+    found: dict[str, Window] = semantic.reader.run(message_views.windows, tenant, said, n, at)
+    return found
 
 
 # --- context ----------------------------------------------------------------------------------
@@ -333,6 +358,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     reads = semantic.reader.run(_context_reads, tenant, body, at)
     query = body.query or reads["last_user_message"]
     memories: list[packing.Entry] = []
+    earlier: list[packing.Entry] = []
     collapsed: dict[str, str] = {}
     if query:
         # With a session: its own memory first, then the project's, then the ecosystem's.
@@ -342,7 +368,11 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
                                as_of_position=body.as_of_position, valid_at=at.valid_at)
         answer = _search(semantic, tenant, search, at)
         memories = [packing.Entry(f"- [{h.kind}] {h.content}", h.item_id, h.score)
-                    for h in answer.results if h.kind not in ("preference", "steering_rule")]
+                    for h in answer.results
+                    if h.kind not in ("preference", "steering_rule", MESSAGE)]
+        # The session's own turns are its section's; other sessions' get their own.
+        earlier = [_turn(h) for h in answer.results if h.kind == MESSAGE
+                   and h.session_id != (body.session_id and str(body.session_id))]
         collapsed = answer.collapsed
     # A steering-rule candidate is offered once, as such, not again as recent history; nor is
     # a near-duplicate of a memory offered.
@@ -351,7 +381,8 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
              | {item for item, into in collapsed.items() if into in offered})
     history = [e for e in reads["history"] if e.ref not in shown]
     sections = packing.pack({"session": reads["session"], "memories": memories,
-                             "preferences": reads["preferences"], "history": history},
+                             "conversations": earlier, "preferences": reads["preferences"],
+                             "history": history},
                             body.budget_tokens, body.shares.model_dump())
     return ContextAnswer(
         basis=at, budget_tokens=body.budget_tokens,
@@ -362,6 +393,12 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
                                           for e in s.entries])
                   for s in sections],
         rendered=packing.render(sections))
+
+
+def _turn(hit: SearchHit) -> packing.Entry:
+    said = f"{hit.said_at:%Y-%m-%d} " if hit.said_at is not None else ""
+    return packing.Entry(f"- [{said}{hit.participant or hit.role}] {hit.content}", hit.item_id,
+                         hit.score)
 
 
 def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Basis

@@ -1,15 +1,16 @@
 """A digest of the vector read model per (tenant, space), as of a position: what
 ``memledger verify`` compares with the same digest of a rebuild from the log.
 
-A point is one bi-temporal row of a memory item (``memledger_projector.vectors``), and rows are
-only ever closed, never changed: the index as of position P is its points with ``sys_from <= P``,
-with a ``sys_to`` or ``archived_from`` beyond P read as open. So an index that has moved on since
-can still be compared at P, exactly. The digest is a sum of per-row hashes (order-independent, so
-both sides stream their rows in any order and hold only the sums).
+A point is one bi-temporal row of a memory item (``memledger_projector.vectors``) or one
+conversation message, and rows are only ever closed, never changed: the index as of position P
+is its points with ``sys_from <= P``, with a ``sys_to`` or ``archived_from`` beyond P read as
+open. So an index that has moved on since can still be compared at P, exactly. The digest is a
+sum of per-row hashes (order-independent, so both sides stream their rows in any order and hold
+only the sums).
 
 ``GET /v1/query/vectors/summary`` serves it for the caller's tenant (admin role): counts and
-digests only, no content. It lists the tenant's items from the PostgreSQL read model and reads
-each item's points, so points of an item that model lacks are not counted.
+digests only, no content. It lists the tenant's items and messages from the PostgreSQL read
+model and reads the points of each, so points of one that model lacks are not counted.
 """
 
 import hashlib
@@ -169,7 +170,10 @@ def _items(reader: Reader, tenant: str) -> Iterator[tuple[str, str, str]]:
 
 
 def _item_page(conn: Any, s: str, tenant: str, after: str) -> list[Any]:
-    query = sql.SQL("SELECT space_id, item_id::text FROM {}.items WHERE tenant_id = %s AND "
-                    "item_id::text > %s ORDER BY item_id::text LIMIT %s").format(
-        sql.Identifier(s))
-    return list(conn.execute(query, (tenant, after, _PAGE)).fetchall())
+    """The next page of the tenant's items and messages (each one or more points), by id."""
+    query = sql.SQL(
+        "SELECT space_id, id FROM (SELECT space_id, item_id::text AS id FROM {s}.items WHERE "
+        "tenant_id = %(t)s AND item_id::text > %(after)s UNION ALL SELECT space_id, "
+        "message_id::text FROM {s}.messages WHERE tenant_id = %(t)s AND message_id::text > "
+        "%(after)s) found ORDER BY id LIMIT %(n)s").format(s=sql.Identifier(s))
+    return list(conn.execute(query, {"t": tenant, "after": after, "n": _PAGE}).fetchall())

@@ -163,11 +163,13 @@ def conversation(conn: Connection[Any], s: str, tenant: str, space: str, session
         return None
     rows = conn.execute(sql.SQL(
         "SELECT message_id::text, session_id::text, position, role, content, participant, "
-        "agent_id, recorded_at FROM {}.messages WHERE tenant_id = %s AND session_id = %s::uuid "
-        "AND position <= %s ORDER BY position DESC LIMIT %s").format(sql.Identifier(s)),
+        "agent_id, recorded_at, coalesce(said_at, recorded_at) FROM {}.messages WHERE "
+        "tenant_id = %s AND session_id = %s::uuid AND position <= %s ORDER BY position DESC "
+        "LIMIT %s").format(sql.Identifier(s)),
         (tenant, session_id, at.position, limit)).fetchall()
     messages = [Message(message_id=r[0], session_id=r[1], position=r[2], role=r[3],
-                        content=r[4], participant=r[5], agent_id=r[6], recorded_at=r[7])
+                        content=r[4], participant=r[5], agent_id=r[6], recorded_at=r[7],
+                        said_at=r[8])
                 for r in reversed(rows)]
     return Conversation(basis=at, session_id=session_id, status=session[0], messages=messages)
 

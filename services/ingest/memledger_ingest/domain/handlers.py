@@ -1,6 +1,7 @@
 """One handler per command: check it against the current state, say what happened. Pure."""
 
 import hashlib
+from datetime import datetime
 from uuid import UUID
 
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
@@ -132,12 +133,23 @@ def _append_message(cmd: c.AppendMessage, ctx: Context, lookup: Lookup, cur: Str
     _active_space(lookup, cmd.space_id)
     state = _existing(cur, cmd.space_id, "session", cmd.session_id)
     _in_status(state, ("active",), "session", cmd.session_id)
+    _not_ahead(cmd.said_at, ctx, "said_at")
     message_id = new_or(cmd.message_id, ctx)
     payload = e.ConversationMessageAppended(
         session_id=cmd.session_id, message_id=message_id, role=cmd.role, content=cmd.content,
         participant=cmd.participant)
+    # When it was said is the message's valid time (the envelope's, as an item's).
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
-                    {"message_id": str(message_id)}, session_id=cmd.session_id)
+                    {"message_id": str(message_id)}, session_id=cmd.session_id,
+                    valid_from=cmd.said_at)
+
+
+def _not_ahead(instant: datetime | None, ctx: Context, field: str) -> None:
+    """A time something happened may not lie beyond now plus the clock skew allowance."""
+    if instant is not None and ctx.now is not None and instant > ctx.now + ctx.skew:
+        raise Invalid(field, f"{instant.isoformat()} is in the future (more than "
+                      f"{ctx.skew.total_seconds():g} s after the server's clock, "
+                      f"{ctx.now.isoformat()})")
 
 
 def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
@@ -334,6 +346,21 @@ def _record_embedding(cmd: c.RecordEmbedding, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+def _record_message_embedding(cmd: c.RecordMessageEmbedding, ctx: Context, lookup: Lookup,
+                              cur: StreamState | None) -> Decision:
+    # The message itself has no stream to check (it is an event of its session's): its
+    # session must be in the space, in any status (a message of an ended session is still
+    # embedded).
+    _active_space(lookup, cmd.space_id)
+    _existing(lookup(StreamRef("session", str(cmd.session_id))), cmd.space_id, "session",
+              cmd.session_id)
+    payload = e.ConversationMessageEmbedded(
+        session_id=cmd.session_id, message_id=cmd.message_id, model=cmd.model, dims=cmd.dims,
+        vector=cmd.vector)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"message_id": str(cmd.message_id)}, session_id=cmd.session_id)
+
+
 def _record_entities(cmd: c.RecordEntities, ctx: Context, lookup: Lookup,
                      cur: StreamState | None) -> Decision:
     _enrichable_item(lookup, cmd.space_id, cmd.item_id, cmd.item_version)
@@ -425,6 +452,8 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _record_feedback(cmd, ctx, lookup, cur)
         case c.RecordEmbedding():
             return _record_embedding(cmd, ctx, lookup, cur)
+        case c.RecordMessageEmbedding():
+            return _record_message_embedding(cmd, ctx, lookup, cur)
         case c.RecordEntities():
             return _record_entities(cmd, ctx, lookup, cur)
         case c.RecordPreference():

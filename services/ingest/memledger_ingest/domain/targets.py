@@ -3,7 +3,7 @@ a decision may use. Pure."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from uuid import UUID
 
@@ -25,6 +25,9 @@ class Context:
     actor: str
     now: datetime | None = None
     """About when the command is recorded (``valid_from`` defaults to the recording time)."""
+    skew: timedelta = timedelta(seconds=300)
+    """How far a client's clock may run ahead of ``now``: a time it says something happened
+    (a message's ``said_at``) may lie that far in the future, no further."""
 
     @cached_property
     def fresh_key(self) -> str:
@@ -74,6 +77,8 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PL
             return StreamRef("item", _key_or(cmd.item_id, ctx))
         case c.EndSession() | c.AppendMessage():
             return StreamRef("session", str(cmd.session_id))
+        case c.RecordMessageEmbedding():
+            return StreamRef("enrichment", str(cmd.message_id))
         case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
             return StreamRef("space", cmd.space_id)
         case c.EraseSubject():
@@ -124,6 +129,8 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911 
             return (StreamRef("item", str(cmd.item_id)),)
         case c.RecordRetrieval():
             return retrieval_reads(cmd)
+        case c.RecordMessageEmbedding():
+            return (StreamRef("session", str(cmd.session_id)),)
     return ()
 
 

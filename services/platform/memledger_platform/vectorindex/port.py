@@ -1,15 +1,17 @@
-"""``VectorIndex``: the points of item versions, each with a dense vector (cosine), a sparse
-keyword vector (BM25-style term weights) or both, and the scope and time bounds of its version.
+"""``VectorIndex``: the points of item versions and of conversation messages, each with a dense
+vector (cosine), a sparse keyword vector (BM25-style term weights) or both, and the scope and
+time bounds of its version.
 
 Contract (one suite checks every adapter):
 
 - ``upsert`` of a point id that exists replaces the whole point (ids are deterministic per item
   version, so a redelivered projection write is harmless), stored as ``stored_payload`` says;
 - ``search`` (dense) and ``search_sparse`` (keywords) return at most ``k`` hits, best first,
-  only inside ``scope`` (``in_scope`` is its meaning): the tenant always; spaces, kinds, tags
-  (any of), session and agent when given; and in time: the version valid at ``valid_at``
-  (``valid_from <= t < valid_to``), known at ``position`` (``sys_from <= p < sys_to``) and not
-  yet archived then (``p < archived_from``), or, with no ``position``, the versions current now;
+  only inside ``scope`` (``in_scope`` is its meaning): the tenant always; spaces, kinds, tags,
+  layers, roles (any of), session, agent and participant when given; and in time: the version
+  valid at ``valid_at`` (``valid_from <= t < valid_to``), known at ``position``
+  (``sys_from <= p < sys_to``) and not yet archived then (``p < archived_from``), or, with
+  no ``position``, the versions current now;
 - a point without the vector a search uses is never a hit of that search.
 """
 
@@ -27,10 +29,14 @@ MAX_TERM = 2**31
 non-negative in every client."""
 
 KEYWORD_FIELDS = ("tenant", "space", "kind", "tags", "session", "agent", "item_id",
-                  "subject_id", "layer")
+                  "subject_id", "layer", "role", "participant")
 RANGE_FIELDS = ("valid_from", "valid_to", "sys_from", "sys_until")
 """The payload fields scopes and ``points`` filter on: the engines that can index payload index
 these (keyword and float), so a filtered search stays fast at 100k points."""
+
+MESSAGE_KIND, MESSAGE_LAYER = "message", "conversation"
+"""The ``kind`` and ``layer`` of a conversation message's point (an item's kind is a memory
+kind, its layer "session", "project" or "ecosystem")."""
 
 SYS_UNTIL = "sys_until"
 """Derived on every write (``stored_payload``): where a version stops being visible in system
@@ -63,7 +69,8 @@ class IndexedPoint:
     payload: dict[str, Any]
     """tenant, space, kind, tags, session, agent, item_id, valid_from, valid_to (epoch
     seconds, ``OPEN`` if unbounded), sys_from, sys_to, archived_from (positions, ``OPEN`` if
-    current / not archived), ..."""
+    current / not archived), ...; a message's point also role and participant (its
+    ``item_id`` is the message id, its kind "message")."""
     sparse: SparseVector | None = None
     """Keyword term weights (BM25-style, see ``sparse.encode_document``); an empty one is
     stored as none, since it could never match."""
@@ -80,7 +87,12 @@ class Scope:
     session: str | None = None
     agent: str | None = None
     layers: tuple[str, ...] = ()
-    """Memory layers ("session", "project", "ecosystem"), any of; empty: every layer."""
+    """Memory layers ("session", "project", "ecosystem"; a message's is "conversation"), any
+    of; empty: every layer."""
+    roles: tuple[str, ...] = ()
+    """Message roles, any of (items have none: a role filter finds messages only)."""
+    participant: str | None = None
+    """Who said it (items have no participant: this finds messages only)."""
 
 
 @dataclass(frozen=True)
@@ -210,10 +222,11 @@ def conditions(scope: Scope) -> list[Condition]:
     if scope.position is not None:
         found.append(Condition("sys_from", "lte", position))
     for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags),
-                        ("layer", scope.layers)):
+                        ("layer", scope.layers), ("role", scope.roles)):
         if values:
             found.append(Condition(key, "any", list(values)))
-    for key, value in (("session", scope.session), ("agent", scope.agent)):
+    for key, value in (("session", scope.session), ("agent", scope.agent),
+                       ("participant", scope.participant)):
         if value is not None:
             found.append(Condition(key, "eq", value))
     return found
@@ -238,6 +251,8 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (scope.session is None or payload.get("session") == scope.session)
             and (scope.agent is None or payload.get("agent") == scope.agent)
             and (not scope.layers or payload.get("layer") in scope.layers)
+            and (not scope.roles or payload.get("role") in scope.roles)
+            and (scope.participant is None or payload.get("participant") == scope.participant)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
             and payload["sys_from"] <= position < payload["sys_to"]
             and position < payload.get("archived_from", OPEN))
