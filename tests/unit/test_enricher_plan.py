@@ -221,3 +221,18 @@ def test_without_a_vector_an_item_gets_no_embedding_command() -> None:
 def test_mentions_are_typed_by_profile_rules_and_otherwise_untyped(
         text: str, expected: list[tuple[str, str]]) -> None:
     assert [(e.name, e.type) for e in mentions(text)] == expected
+
+
+def test_a_message_is_embedded_as_a_reader_sees_it_and_its_rules_read_what_was_said() -> None:
+    event = message("user", "I prefer green tea")
+    event["payload"]["participant"] = "Dana"
+    source = source_of(event)
+    assert source is not None
+    assert source.embedded_text == "Dana: I prefer green tea"
+    assert source.text == "I prefer green tea"
+    unnamed = source_of(message("user", "I prefer green tea"))
+    assert unnamed is not None
+    assert unnamed.embedded_text == "I prefer green tea"
+    item = source_of(asserted("Alice works at Acme"))
+    assert item is not None
+    assert item.embedded_text == "Alice works at Acme"

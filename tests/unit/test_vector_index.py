@@ -74,6 +74,20 @@ def keyword_ids(index: VectorIndex, scope: Scope, *query: int) -> list[str]:
 class VectorIndexContract:
     """Every test receives ``index``: an empty ``VectorIndex`` with 3 dimensions."""
 
+    def test_a_sessions_messages_before_a_position_come_oldest_first(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", kind="message", session="s1", sys_from=7),
+                      point("2", kind="message", session="s1", sys_from=3),
+                      point("3", kind="message", session="s1", sys_from=9),
+                      point("4", kind="message", session="s2", sys_from=4),
+                      point("5", kind="fact", session="s1", sys_from=5),
+                      point("6", kind="message", session="s1", sys_from=2, tenant="globex")])
+        found = index.session_messages("acme", "s1", 9)
+        assert [p.payload["item_id"] for p in found] == ["2", "1"]
+        assert found[0].payload["sys_from"] == 3
+        assert index.session_messages("acme", "s1", 3) == []
+        assert index.session_messages("acme", "s9", 100) == []
+
     def test_deleting_a_subject_removes_all_its_points_in_that_tenant_only(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", subject_id="u7"), point("2", subject_id="u7"),

@@ -17,6 +17,7 @@ from uuid import UUID
 
 from memledger_enricher.extraction import Extraction, extract
 from memledger_platform.crypto import ERASED
+from memledger_platform.vectorindex.port import message_text
 from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
@@ -53,6 +54,14 @@ class Source:
     """A message's session (``None`` for an item)."""
     role: str | None = None
     """A message's role (``None`` for an item)."""
+    participant: str | None = None
+    """Who said a message (``None``: nobody named, or an item)."""
+
+    @property
+    def embedded_text(self) -> str:
+        """What is embedded: an item's content; a message as a reader sees it, who said it
+        first (``message_text``)."""
+        return message_text(self.participant, self.text)
 
     @property
     def embeds(self) -> bool:
@@ -80,7 +89,8 @@ def source_of(document: dict[str, Any]) -> Source | None:
         if not text:
             return None
         return replace(_source(document, UUID(str(payload["message_id"])), None, text),
-                       session_id=UUID(str(payload["session_id"])), role=payload.get("role"))
+                       session_id=UUID(str(payload["session_id"])), role=payload.get("role"),
+                       participant=payload.get("participant"))
     return None
 
 

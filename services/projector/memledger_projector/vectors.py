@@ -22,6 +22,7 @@ from typing import Any
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint
 from memledger_projector import temporal
+from memledger_projector.message_context import Sessions
 from memledger_projector.projection import Event, event_from, layer_of
 from memledger_projector.temporal import Version
 from memledger_projector.vector_messages import EMBEDDED as MESSAGE_EMBEDDED
@@ -65,14 +66,17 @@ class VectorFold:
     """Folds events into points; ``take()`` hands over the points that changed since the last
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
 
-    def __init__(self, load: Loader, model: str, *, cache_items: int = 20_000) -> None:
+    def __init__(self, load: Loader, model: str, *, sessions: Sessions | None = None,
+                 cache_items: int = 20_000) -> None:
+        """``load``: an item's points from the index; ``sessions``: a session's message points
+        from the index (the turns before a message, ``message_context``)."""
         self._load = load
         self._model = model
         self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
         self._cache_items = cache_items
         self._dirty: dict[str, IndexedPoint] = {}
         self._gone: set[str] = set()
-        self._messages = MessageFold(load, cache=cache_items)
+        self._messages = MessageFold(load, sessions=sessions, cache=cache_items)
         self.position = 0
         self.skipped_models: set[str] = set()
 

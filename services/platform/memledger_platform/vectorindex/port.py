@@ -146,6 +146,11 @@ class VectorIndex(ABC):
         sparse vector and its dense vector as stored: unit-length (cosine keeps direction)."""
 
     @abstractmethod
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        """The message points of ``session`` in ``tenant`` appended before position
+        ``before`` (``sys_from < before``), oldest first, as ``points`` returns them."""
+
+    @abstractmethod
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         """Remove every point of a data subject (payload ``subject_id``) in ``tenant``, from
         the engine's files too, not only from its answers; how many there were (an erasure's
@@ -164,6 +169,13 @@ class VectorIndex(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional: most adapters hold nothing to release)
         """Release resources (flushing what is pending)."""
+
+
+def message_text(participant: str | None, content: str) -> str:
+    """A message as a reader sees it, ``"<participant>: <content>"`` (the content alone when
+    nobody is named): what of a message is indexed and embedded. A question names the person
+    ("what did Caroline research?"), the message that answers it is hers but rarely says so."""
+    return f"{participant}: {content}" if participant else content
 
 
 def idf(total: int, containing: int) -> float:
@@ -239,6 +251,33 @@ def subject_conditions(tenant: str, subject_id: str) -> list[Condition]:
 def item_conditions(tenant: str, item_id: str) -> list[Condition]:
     """The points of one item in one tenant (what ``points`` reads)."""
     return [Condition("tenant", "eq", tenant), Condition("item_id", "eq", item_id)]
+
+
+def session_conditions(tenant: str, session: str, before: int) -> list[Condition]:
+    """The message points of one session appended before a position (what
+    ``session_messages`` reads)."""
+    return [Condition("tenant", "eq", tenant), Condition("session", "eq", session),
+            Condition("kind", "eq", MESSAGE_KIND), Condition("sys_from", "lte", before - 1)]
+
+
+def matches(payload: dict[str, Any], found: list[Condition]) -> bool:
+    """Whether ``payload`` meets every condition (a missing key meets none, as in Qdrant)."""
+    return all(_meets(payload.get(c.key), c) for c in found)
+
+
+def _meets(value: Any, c: Condition) -> bool:
+    if value is None:
+        return False
+    if c.op == "eq":
+        return bool(value == c.value)
+    if c.op == "any":
+        held = set(value) if isinstance(value, list | tuple) else {value}
+        return bool(held & set(c.value))
+    return bool(value <= c.value) if c.op == "lte" else bool(value > c.value)
+
+
+def oldest_first(points: list[IndexedPoint]) -> list[IndexedPoint]:
+    return sorted(points, key=lambda p: (float(p.payload["sys_from"]), p.point_id))
 
 
 def in_scope(payload: dict[str, Any], scope: Scope) -> bool:

@@ -41,7 +41,7 @@ RESTART_SECONDS = 5.0
 _READS = frozenset({"search", "search_sparse", "vectors"})
 """Calls that may follow a restart without ``IndexReopened``: they write nothing."""
 _CALLS = frozenset({"upsert", "delete", "search", "search_sparse", "vectors", "points",
-                    "delete_subject", "count", "flush", "optimize"})
+                    "session_messages", "delete_subject", "count", "flush", "optimize"})
 
 
 class VectorProcessEnded(IndexUnavailable):
@@ -89,6 +89,10 @@ class ProcessVectorIndex(VectorIndex):
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         found: list[IndexedPoint] = self._call("points", tenant, item_id)
+        return found
+
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        found: list[IndexedPoint] = self._call("session_messages", tenant, session, before)
         return found
 
     def delete_subject(self, tenant: str, subject_id: str) -> int:
