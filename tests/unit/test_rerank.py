@@ -2,10 +2,7 @@
 SDK over real HTTP, no network beyond the loopback), and how a reranker reorders a search's
 best hits."""
 
-import json
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,58 +15,29 @@ from memledger_query import rerank
 from memledger_query.ranking import Candidate, Recipe, rank
 from memledger_query.rerank import CohereReranker, Reranker, RerankerUnavailable, reorder
 from memledger_query.semantic import Layer, Rerank, search
+from tests.cohere_fake import FakeCohere, serving
 
 
-class FakeCohereRerank:
+class FakeCohereRerank(FakeCohere):
     """Answers POST /v2/rerank as Cohere does: results by index, best first, each with a
     relevance score (here: the share of the query's words the document holds)."""
 
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                fake.requests.append({"path": self.path, **body})
-                if self.headers["authorization"] != "Bearer good-key":
-                    self._answer(401, {"message": "invalid api token"})
-                    return
-                words = set(body["query"].lower().split())
-                scored = [{"index": i, "relevance_score": len(words & set(d.lower().split()))
-                           / max(len(words), 1)} for i, d in enumerate(body["documents"])]
-                scored.sort(key=lambda r: -r["relevance_score"])
-                self._answer(200, {"id": "x", "results": scored[:body.get("top_n")],
-                                   "meta": {"api_version": {"version": "2"}}})
-
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        words = set(body["query"].lower().split())
+        scored = [{"index": i, "relevance_score": len(words & set(d.lower().split()))
+                   / max(len(words), 1)} for i, d in enumerate(body["documents"])]
+        scored.sort(key=lambda r: -float(r["relevance_score"]))
+        return {"id": "x", "results": scored[:body.get("top_n")],
+                "meta": {"api_version": {"version": "2"}}}
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeCohereRerank]:
-    server = FakeCohereRerank()
-    thread = threading.Thread(target=server.server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.server.shutdown()
+def fake() -> Iterator[FakeCohere]:
+    with serving(FakeCohereRerank()) as running:
+        yield running
 
 
-def test_cohere_scores_every_document_in_the_order_given(fake: FakeCohereRerank) -> None:
+def test_cohere_scores_every_document_in_the_order_given(fake: FakeCohere) -> None:
     reranker = CohereReranker("good-key", base_url=fake.url, timeout_seconds=5)
     scores = reranker.scores("tea in the morning", ["coffee at night", "tea in the morning",
                                                     "tea at night"])
@@ -82,7 +50,7 @@ def test_cohere_scores_every_document_in_the_order_given(fake: FakeCohereRerank)
     assert len(fake.requests) == 1, "no documents: no call"
 
 
-def test_a_refused_cohere_key_names_the_setting(fake: FakeCohereRerank) -> None:
+def test_a_refused_cohere_key_names_the_setting(fake: FakeCohere) -> None:
     reranker = CohereReranker("bad-key", base_url=fake.url, max_retries=0, timeout_seconds=5)
     with pytest.raises(RerankerUnavailable, match="MEMLEDGER_COHERE_API_KEY"):
         reranker.scores("tea", ["tea"])

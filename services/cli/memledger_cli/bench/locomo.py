@@ -12,7 +12,6 @@ The data is read from where it lies (``--data``, ``$MEMLEDGER_BENCH_LOCOMO`` or
 ``../shared/data/locomo-dev`` beside the repository), never copied.
 """
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,10 +20,11 @@ from typing import Any
 
 import orjson
 
+from memledger_cli.bench.datasets import located
+
 FILE = "locomo-dev.json"
 ENV = "MEMLEDGER_BENCH_LOCOMO"
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
-_REPO = Path(__file__).resolve().parents[4]
 _SESSION = re.compile(r"session_(\d+)")
 
 
@@ -73,15 +73,8 @@ _DAY = datetime(1970, 1, 2, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
 
 def data_dir(option: str | None) -> Path:
     """The data directory: the option, else ``$MEMLEDGER_BENCH_LOCOMO``, else
-    ``../shared/data/locomo-dev`` beside the repository; an error naming all three if the
-    file is not there."""
-    chosen = option or os.environ.get(ENV) or str(_REPO / ".." / "shared" / "data" /
-                                                  "locomo-dev")
-    path = Path(chosen).expanduser()
-    if not (path / FILE).is_file():
-        raise SystemExit(f"bench retrieval: {path / FILE} not found. Pass --data DIR or set "
-                         f"{ENV} to the directory holding LoCoMo's {FILE}.")
-    return path
+    ``../shared/data/locomo-dev`` beside the repository."""
+    return located(option, ENV, "locomo-dev", FILE, "--data")
 
 
 def parse_said_at(text: str) -> datetime:

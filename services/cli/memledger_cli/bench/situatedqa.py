@@ -8,7 +8,6 @@ that comes back after another makes a segment of its own. Answers are compared n
 it shares any gold answer with it.
 """
 
-import os
 import re
 import unicodedata
 from collections import defaultdict
@@ -19,9 +18,10 @@ from typing import Any
 
 import orjson
 
+from memledger_cli.bench.datasets import located
+
 FILE = "qa_data_temp.dev.jsonl"
 ENV = "MEMLEDGER_BENCH_SITUATEDQA"
-_REPO = Path(__file__).resolve().parents[4]
 
 
 @dataclass(frozen=True)
@@ -50,15 +50,8 @@ class Segment:
 
 def data_dir(option: str | None) -> Path:
     """The data directory: the option, else ``$MEMLEDGER_BENCH_SITUATEDQA``, else
-    ``../shared/data/situatedqa`` beside the repository; an error naming all three if the
-    file is not there."""
-    chosen = option or os.environ.get(ENV) or str(_REPO / ".." / "shared" / "data" /
-                                                  "situatedqa")
-    path = Path(chosen).expanduser()
-    if not (path / FILE).is_file():
-        raise SystemExit(f"bench retrieval: {path / FILE} not found. Pass --data DIR or set "
-                         f"{ENV} to the directory holding SituatedQA's {FILE}.")
-    return path
+    ``../shared/data/situatedqa`` beside the repository."""
+    return located(option, ENV, "situatedqa", FILE, "--situatedqa")
 
 
 def normalise(answer: str) -> str:
