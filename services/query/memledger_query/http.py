@@ -119,10 +119,11 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
-    from memledger_query import console_http, listing, session_http  # they build on this one
+    from memledger_query import console_http, listing, session_http, stats  # built on this
 
     app.include_router(listing.router(reader))
     app.include_router(session_http.router(reader))
+    app.include_router(stats.router(reader))
     app.include_router(console_http.router())
     return app
 
