@@ -59,6 +59,8 @@ class FakeMemledger:
         self.policies: list[dict[str, Any]] = []
         self.changes: list[dict[str, Any]] = []
         self.requests: list[httpx.Request] = []
+        self.audit_fails = False
+        """Audited searches fail as where the query service cannot record them."""
         self.routes: list[tuple[str, str, Handler]] = [
             ("POST", r"/v1/spaces", self.create_space),
             ("GET", r"/v1/spaces", self.list_spaces),
@@ -309,6 +311,8 @@ class FakeMemledger:
                              relations={"active": len(self.relations)}))
 
     def search(self, *, body: dict[str, Any], **_: Any) -> httpx.Response:
+        if body.get("audit") and self.audit_fails:
+            return error(503, "the retrieval could not be recorded", code="audit_failed")
         words = set(body["query"].lower().split())
         hits = [{**i, "layer": "filtered", "score": 0.5, "relevance": 0.5, "valid_from": 0.0,
                  "valid_to": None} for i in self.items.values()
@@ -370,9 +374,10 @@ def written(position: int, ids: dict[str, str]) -> httpx.Response:
                                      "stream_version": 1, "ids": ids, "duplicate": False})
 
 
-def error(status: int, message: str, path: str | None = None) -> httpx.Response:
+def error(status: int, message: str, path: str | None = None, code: str | None = None
+          ) -> httpx.Response:
     fields = [{"path": path, "reason": message}] if path else []
-    code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[status]
+    code = code or {404: "not_found", 409: "conflict", 422: "invalid_request"}[status]
     return httpx.Response(status, json={"error": {"status": status, "code": code,
                                                   "message": message, "fields": fields}})
 

@@ -103,6 +103,17 @@ async def test_recall_is_audited_by_default_and_answers_with_its_retrieval_id(
         "helper", "2026-01-01T00:00:00Z")
 
 
+async def test_recall_answers_unaudited_where_memledger_cannot_record_the_retrieval(
+        fake: FakeMemledger) -> None:
+    fake.audit_fails = True
+    async with connected(fake) as session:
+        item = (await call(session, "remember", content="billing ships Fridays"))["item_id"]
+        found = await call(session, "recall", query="billing")
+    assert [h["item_id"] for h in found["hits"]] == [item]
+    assert found["retrieval_id"] is None
+    assert [json.loads(r.content)["audit"] for r in fake.sent("/v1/search")] == [True, False]
+
+
 async def test_feedback_records_one_signal_per_item_in_one_batch_with_the_retrieval(
         fake: FakeMemledger) -> None:
     async with connected(fake) as session:

@@ -2,6 +2,7 @@
 history. ``space`` ``"*"`` means every space of the tenant where a tool can read across
 spaces."""
 
+import logging
 from datetime import datetime
 from typing import Annotated, Literal
 from uuid import UUID
@@ -11,8 +12,12 @@ from pydantic import Field
 from memledger_cli import mcp_answers as answers
 from memledger_cli.mcp_answers import Changes, Context, ItemHistory, Recalled, Truth
 from memledger_cli.mcp_tools import ItemId, Space, Tags, ToolGroup
+from memledger_client import SearchOptions, Unavailable
+from memledger_client.results import SearchAnswer
 from memledger_query.semantic_dto import MAX_WINDOW, SearchKind
 from memledger_schemas.events import MemoryKind, Role
+
+log = logging.getLogger("memledger.mcp")
 
 ReadSpace = Annotated[str | None, Field(
     description="space id (default: the server's space; '*': every space of the tenant)")]
@@ -52,11 +57,12 @@ class ReadTools(ToolGroup):
         with their ids (a message also with its session, who said it and when) and the
         retrieval_id to give feedback on."""
         with self._guard("recall"):
-            answer = await self.client.search(
-                query, spaces=self._spaces(space), kinds=kinds or [], tags=tags or [],
-                mode=mode, k=k, valid_at=valid_at, as_of_position=as_of_position,
-                recorded_at=recorded_at, session_id=session_id, agent_id=agent_id,
-                participant=participant, role=role, window=window, audit=audit)
+            options: SearchOptions = {
+                "spaces": self._spaces(space), "kinds": kinds or [], "tags": tags or [],
+                "mode": mode, "k": k, "valid_at": valid_at, "as_of_position": as_of_position,
+                "recorded_at": recorded_at, "session_id": session_id, "agent_id": agent_id,
+                "participant": participant, "role": role, "window": window, "audit": audit}
+            answer = await self._search(query, options)
             return answers.recalled(answer)
 
     async def get_context(
@@ -115,6 +121,19 @@ class ReadTools(ToolGroup):
         known)."""
         with self._guard("history"):
             return answers.history(await self.client.history(self._space(space), item_id))
+
+    async def _search(self, query: str, options: SearchOptions) -> SearchAnswer:
+        """Audited if asked; where memledger cannot record the retrieval, the same search
+        unaudited (its answer then has no retrieval_id), rather than no answer."""
+        try:
+            return await self.client.search(query, **options)
+        except Unavailable as failed:
+            if not options.get("audit") or failed.code != "audit_failed":
+                raise
+            log.warning("recall could not be audited (%s): answered without a retrieval_id",
+                        failed.message)
+        unaudited: SearchOptions = {**options, "audit": False}
+        return await self.client.search(query, **unaudited)
 
     def _spaces(self, space: str | None) -> list[str]:
         return [] if space == "*" else [self._space(space)]
