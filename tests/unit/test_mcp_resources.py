@@ -9,7 +9,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent, TextResourceContents
 
-from tests.unit.mcp_fake import NOW, FakeMemledger, call, connected
+from tests.unit.mcp_fake import FakeMemledger, call, connected
+from tests.unit.mcp_fake_reads import NOW
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@ feedback; and what every group of tools shares (``ToolGroup``).
 
 Each tool is one call to the client (``AsyncClient``) and one cut-down answer. Their
 signatures are their input schemas and their docstrings what the agent reads, so both say
-what to pass and what comes back. ``space`` defaults to the server's space.
+what to pass and what comes back; a tool takes every argument an agent may pass as a
+parameter of its own (a parameter object would be one nested argument to the agent).
+``space`` defaults to the server's space.
 """
 
 from collections.abc import Callable
