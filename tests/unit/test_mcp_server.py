@@ -239,6 +239,8 @@ def test_a_bad_setting_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch
         load_mcp_settings()
     monkeypatch.setenv("MEMLEDGER_URL", "http://10.0.0.1:9000")
     monkeypatch.setenv("MEMLEDGER_SPACE", "team")
-    settings = load_mcp_settings(space="override")
-    assert (settings.url, settings.space, settings.tenant) == (
-        "http://10.0.0.1:9000", "override", None)
+    settings = load_mcp_settings(space="override", agent="planner")
+    assert (settings.url, settings.space, settings.tenant, settings.agent) == (
+        "http://10.0.0.1:9000", "override", None, "planner")
+    with pytest.raises(SettingsError, match="MEMLEDGER_AGENT"):
+        load_mcp_settings(agent="not an id")
