@@ -581,7 +581,8 @@ class EraseSubject(CommandBase):
 
 SERVICE_COMMANDS: dict[str, frozenset[str]] = {
     "enricher": frozenset({"record_embedding", "record_message_embedding", "record_entities",
-                           "record_preference", "derive_memory"}),
+                           "record_preference", "derive_memory", "upsert_entity",
+                           "assert_relation"}),
     "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge",
                             "record_theme", "learn_importance"}),
     "query": frozenset({"record_retrieval"}),
