@@ -16,15 +16,23 @@ TURN_ANSWER: dict[str, Any] = {
 
 
 class FakeChat(FakeCohere):
-    """Answers a turn with ``facts`` (what the user message's text names, if a ``by_text``
-    entry does, else ``TURN_ANSWER``) and a transcript with a one-line summary of it."""
+    """Answers a turn with what ``by_text`` holds for its text (JSON, or a string sent as it
+    is: malformed output), else ``TURN_ANSWER``; a transcript with a one-line summary of it.
+    A turn whose text is in ``limited`` is answered 429, always."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_text: dict[str, dict[str, Any]] = {}
+        self.by_text: dict[str, dict[str, Any] | str] = {}
+        self.limited: set[str] = set()
         self.raw: str | None = None
-        """Answer this text instead (malformed output)."""
+        """Answer this text to everything instead (malformed output)."""
         self.delay = 0.0
+
+    def _answer(self, auth: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        said = body.get("messages", [{}])[-1].get("content", "")
+        if said.startswith("{") and json.loads(said).get("text") in self.limited:
+            return 429, {"message": "slow down"}
+        return super()._answer(auth, body)
 
     def reply(self, body: dict[str, Any]) -> dict[str, Any]:
         time.sleep(self.delay)
@@ -39,8 +47,8 @@ class FakeChat(FakeCohere):
         said = body["messages"][-1]["content"]
         if "summary" in json.dumps(body["response_format"]):
             return json.dumps({"summary": "They talked: " + said.splitlines()[0][:200]})
-        text = json.loads(said)["text"]
-        return json.dumps(self.by_text.get(text, TURN_ANSWER))
+        found = self.by_text.get(json.loads(said)["text"], TURN_ANSWER)
+        return found if isinstance(found, str) else json.dumps(found)
 
     @property
     def chats(self) -> list[dict[str, Any]]:

@@ -8,7 +8,8 @@ model never holds up embedding, and switching extractors reads the log again wit
 Acknowledgement policy, one message at a time, in order (a later statement must supersede an
 earlier one, not the other way round): its commands sent to intake, wave after wave
 (``forming.Waves``), then ack. A transient failure (the model timed out or is rate limited,
-ingest did not answer) is nak'd with a delay, up to ``max_deliveries`` times; then, like any
+ingest did not answer) is tried again in place, with a growing delay, up to
+``max_deliveries`` attempts (a nak would let later messages overtake it); then, like any
 answer the model got wrong, the message is dead-lettered with the reason (subject
 ``<prefix>.dlq.enricher.<tenant>``) and terminated: never silently dropped, never retried
 forever. Writes never wait for any of this: it runs behind the log.
@@ -38,15 +39,18 @@ log = logging.getLogger(__name__)
 DURABLE = "forming"
 ENDED = "session.ended"
 EVENT_TYPES = (MESSAGE, ENDED)
-ACK_WAIT_SECONDS = 300.0
-RETRY_DELAY_SECONDS = 5.0
+ACK_WAIT_SECONDS = 600.0
+"""Long enough for every attempt at one message (their timeouts and delays)."""
+RETRY_DELAY_SECONDS = 2.0
+"""The delay before the second attempt; it doubles for each one after."""
 
 
 class Forming:
     def __init__(self, js: JetStreamContext, subjects: Subjects, extractor: Extractor,
                  intake: IntakeClient, *, turns: SessionTurns | None = None,
                  opener: Opener | None = None, summary_every: int = 50,
-                 max_deliveries: int = 5, batch: int = 16, durable: str = DURABLE) -> None:
+                 max_deliveries: int = 5, batch: int = 16, durable: str = DURABLE,
+                 retry_delay: float = RETRY_DELAY_SECONDS) -> None:
         """``turns``: a session's messages, for summaries (``None``: no summaries);
         ``summary_every``: turns per summary of a running session (0: only at its end)."""
         self._js = js
@@ -57,6 +61,7 @@ class Forming:
         self._open = opener or Opener(None)
         self._every = summary_every
         self._max_deliveries = max_deliveries
+        self._retry_delay = retry_delay
         self._batch = batch
         self._durable = durable
         self.derived = 0
@@ -76,25 +81,42 @@ class Forming:
                 if stop.is_set():
                     await msg.nak()  # given back, to be read again after the restart
                     continue
-                await self.settle(msg)
+                await self.settle(msg, stop)
 
-    async def settle(self, msg: Msg) -> None:
-        """Derive what one event holds, record it, and ack (or nak, or dead-letter) it."""
-        try:
-            document = self._open(orjson.loads(msg.data))
-            waves = await asyncio.to_thread(self.waves, document)
-            for wave in waves:
-                self._count(await self._intake.send(document["tenant_id"], wave))
-        except ExtractionFailed as failure:
-            await self._failed(msg, failure.reason, transient=failure.transient)
-            return
-        except TimeoutError:
-            await self._failed(msg, "ingest did not answer in time", transient=True)
-            return
-        except (ValueError, KeyError, TypeError) as error:
-            await self._dead_letter(msg, f"undecodable event: {error!r}")
-            return
-        await msg.ack()
+    async def settle(self, msg: Msg, stop: asyncio.Event | None = None) -> None:
+        """Derive what one event holds, record it, and ack it; a transient failure is tried
+        again in place (so what was said later is never recorded first), up to
+        ``max_deliveries`` attempts, then dead-lettered like any other failure."""
+        reason = ""
+        for attempt in range(1, self._max_deliveries + 1):
+            try:
+                await self._derive(msg)
+            except ExtractionFailed as failure:
+                if not failure.transient:
+                    await self._dead_letter(msg, failure.reason)
+                    return
+                reason = failure.reason
+            except TimeoutError:
+                reason = "ingest did not answer in time"
+            except (ValueError, KeyError, TypeError) as error:
+                await self._dead_letter(msg, f"undecodable event: {error!r}")
+                return
+            else:
+                await msg.ack()
+                return
+            if attempt < self._max_deliveries:
+                log.warning("forming will try %s again (attempt %d of %d): %s", msg.subject,
+                            attempt, self._max_deliveries, reason)
+                if await _stopped(stop, self._retry_delay * 2 ** (attempt - 1)):
+                    await msg.nak()  # given back, to be read again after the restart
+                    return
+        await self._dead_letter(msg, f"gave up after {self._max_deliveries} attempts: {reason}")
+
+    async def _derive(self, msg: Msg) -> None:
+        document = self._open(orjson.loads(msg.data))
+        waves = await asyncio.to_thread(self.waves, document)
+        for wave in waves:
+            self._count(await self._intake.send(document["tenant_id"], wave))
 
     def waves(self, document: dict[str, Any]) -> forming.Waves:
         """The commands one event calls for (the extractor is called here: in a thread)."""
@@ -128,17 +150,6 @@ class Forming:
         return [[forming.from_summary(origin, summary, span, turns[-1].said_at,
                                       self._extractor)]]
 
-    async def _failed(self, msg: Msg, reason: str, *, transient: bool) -> None:
-        delivered = msg.metadata.num_delivered
-        if transient and delivered < self._max_deliveries:
-            log.warning("forming will retry %s (delivery %d of %d): %s", msg.subject,
-                        delivered, self._max_deliveries, reason)
-            await msg.nak(delay=RETRY_DELAY_SECONDS)
-            return
-        if transient:
-            reason = f"gave up after {delivered} deliveries: {reason}"
-        await self._dead_letter(msg, reason)
-
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         tenant = _tenant_of(msg.subject, self._subjects)
         await self._js.publish(self._subjects.dead_letter("enricher", tenant), msg.data,
@@ -158,6 +169,18 @@ class Forming:
                 log.error("forming command refused: %s", result["error"].get("message"))
             else:
                 self.derived += 1
+
+
+async def _stopped(stop: asyncio.Event | None, seconds: float) -> bool:
+    """Wait ``seconds``, or until ``stop`` is set (then ``True``)."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return False
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _origin(document: dict[str, Any]) -> forming.Origin:
