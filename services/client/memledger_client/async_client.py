@@ -34,9 +34,12 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    Neighbours,
+    PolicyHistory,
     SearchAnswer,
     SessionList,
     SpaceList,
+    SpaceStats,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
@@ -159,6 +162,22 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
     async def graph(self, space_id: str, *, as_of_position: int | None = None,
                     **consistency: Unpack[Consistency]) -> Graph:
         return await self.call(calls.graph(space_id, as_of_position, consistency))
+
+    async def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
+                         **at: Unpack[AsOf]) -> Neighbours:
+        """The entities up to ``depth`` relations away from ``entity_id`` and the relations
+        walked to reach them."""
+        return await self.call(calls.neighbours(space_id, entity_id, depth, at))
+
+    async def policies(self, space_id: str, *, as_of_position: int | None = None,
+                       **consistency: Unpack[Consistency]) -> PolicyHistory:
+        """Every policy version of the space, oldest first (the last one governs)."""
+        return await self.call(calls.policies(space_id, as_of_position, consistency))
+
+    async def space_stats(self, space_id: str, **consistency: Unpack[Consistency]) -> SpaceStats:
+        """Counts of what the space holds: items by kind and status, its most used tags,
+        sessions, messages, entities and relations."""
+        return await self.call(calls.space_stats(space_id, consistency))
 
     async def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return await self.call(calls.search(query, options))

@@ -29,9 +29,12 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    Neighbours,
+    PolicyHistory,
     SearchAnswer,
     SessionList,
     SpaceList,
+    SpaceStats,
     WriteResult,
 )
 from memledger_query.semantic_dto import (
@@ -229,6 +232,26 @@ def sessions(space_id: str, filters: SessionFilters) -> Call[SessionList]:
 def graph(space_id: str, as_of_position: int | None, consistency: Consistency) -> Call[Graph]:
     return _get(f"/v1/spaces/{_seg(space_id)}/graph", Graph.model_validate,
                 {**consistency, "as_of_position": as_of_position})
+
+
+def neighbours(space_id: str, entity_id: str, depth: int, at: AsOf) -> Call[Neighbours]:
+    """The entities ``depth`` relations away from ``entity_id`` (either direction)."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/entities/{_seg(entity_id)}/neighbours",
+                Neighbours.model_validate, {**at, "depth": depth})
+
+
+def policies(space_id: str, as_of_position: int | None, consistency: Consistency
+             ) -> Call[PolicyHistory]:
+    """Every policy version of the space, oldest first."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/policies", PolicyHistory.model_validate,
+                {**consistency, "as_of_position": as_of_position})
+
+
+def space_stats(space_id: str, consistency: Consistency) -> Call[SpaceStats]:
+    """Counts of what the space holds (items by kind and status, tags, sessions, messages,
+    entities, relations)."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/stats", SpaceStats.model_validate,
+                dict(consistency))
 
 
 def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:

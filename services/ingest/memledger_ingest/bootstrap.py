@@ -12,12 +12,11 @@ import grpc
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
-from starlette.routing import Mount
 from starlette.types import ASGIApp
 
 from memledger_ingest import grpc_api
 from memledger_ingest.erasure import Erasure
-from memledger_ingest.http import create_app
+from memledger_ingest.http import behind, create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
 from memledger_ingest.writer import GroupCommitWriter, WriterLimits
@@ -104,7 +103,7 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback,
                      gate.gate, service.erasure)
     if also is not None:  # embedded mode: the query API behind the same port
-        app.routes.append(Mount("/", app=also))
+        behind(app, also)
     service.writer.start()
     writes = grpc_server.principal_resolver(gate.gate, "write")
     grpc_apis = [grpc_api.registrar(service.writer, writes)]

@@ -60,8 +60,12 @@ class TimeTravel(Strict):
     wait_ms: int = Field(default=2_000, ge=0, le=30_000)
 
 
+NO_NUL = r"^[^\x00]*$"
+"""An audited call records its query, and PostgreSQL refuses NUL: refused at the boundary."""
+
+
 class SearchRequest(TimeTravel):
-    query: str = Field(min_length=1, max_length=4_096)
+    query: str = Field(min_length=1, max_length=4_096, pattern=NO_NUL)
     spaces: list[SpaceId] = Field(default_factory=list, max_length=64,
                                   description="empty: every space of the tenant")
     session_id: UUID | None = None
@@ -196,7 +200,7 @@ class ContextShares(Strict):
 class ContextRequest(TimeTravel):
     space_id: SpaceId
     session_id: UUID | None = None
-    query: str | None = Field(default=None, min_length=1, max_length=4_096,
+    query: str | None = Field(default=None, min_length=1, max_length=4_096, pattern=NO_NUL,
                               description="default: the session's last user message")
     budget_tokens: int = Field(default=3_800, ge=16, le=1_000_000, description="default: "
                                "the sum of the default shares")
