@@ -25,7 +25,7 @@ from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import Settings
-from memledger_platform.vectorindex.factory import model_slug, open_index
+from memledger_platform.vectorindex.factory import index_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
@@ -115,7 +115,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
 
     vectors = VectorProjector(settings.subjects, index, embedder.model_id,
                               batch=settings.vector_batch,
-                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                              durable=f"{DURABLE}-{index_slug(embedder.model_id)}",
                               opener=Opener(keyring), on_erased=erased,
                               positions=ConsumerPositions(pool, names.base))
     reader = Reader(pool, names)
