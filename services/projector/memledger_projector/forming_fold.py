@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from memledger_platform.crypto import ERASED
-from memledger_platform.vectorindex.sparse import tokens
+from memledger_platform.vectorindex.sparse import plain_words
 from memledger_projector.lifecycle_fold import LifecycleFold
 from memledger_projector.projection import Event
 from memledger_projector.themes import Member, Theme, themes
@@ -133,7 +133,7 @@ class FormingFold:
             signals.prior, signals.last = float(e.payload["importance"]), e.position
         content = e.payload.get("content")
         if content and content != ERASED:
-            self.words[key] = Counter(set(tokens(content)))
+            self.words[key] = Counter(set(plain_words(content)))
 
     def _signal(self, e: Event, signal: str, rating: int | None = None,
                 item: str | None = None) -> None:
