@@ -41,9 +41,15 @@ _POSSESSIVE = re.compile(r"['\u2019]s\b")
 def tokens(text: str) -> list[str]:
     """Lowercase word tokens of ``text`` (unicode letters and digits), without stopwords and
     one-character tokens, stemmed (see ``stem``). Order and repeats are kept."""
-    words = re.findall(r"\w+", _POSSESSIVE.sub("", text.lower()))
-    stems = (stem(w) for w in words if w not in STOPWORDS)
+    stems = (stem(w) for w in plain_words(text))
     return [s for s in stems if len(s) > 1]
+
+
+def plain_words(text: str) -> list[str]:
+    """The lowercase words of ``text`` as written, without stopwords and one-character words
+    (what a label shows a person; ``tokens`` stems them). Order and repeats are kept."""
+    found = re.findall(r"\w+", _POSSESSIVE.sub("", text.lower()))
+    return [w for w in found if w not in STOPWORDS and len(w) > 1]
 
 
 _STEMMERS = threading.local()
