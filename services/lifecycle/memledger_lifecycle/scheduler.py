@@ -1,7 +1,9 @@
 """The lifecycle scheduler: folds the events stream (``fold``) and, once caught
 up, every ``lifecycle_interval_seconds`` sends ingest what the space policies decide at that
 moment (``archive_memory`` with the policy version and reason) and what consolidation found
-(``merge_memories`` or ``suggest_merge``), each under a deterministic idempotency key.
+(``merge_memories`` or ``suggest_merge``), the themes of the spaces that ask for them
+(``record_theme``) and the importance learned from signals (``learn_importance``:
+``forming_fold``), each under a deterministic idempotency key.
 
 It is a client of ingest like the enricher (only ingest writes the event store).
 Its state is rebuilt by folding the stream from the start at every start (a fresh consumer),
@@ -21,12 +23,14 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from memledger_lifecycle import forming_fold
 from memledger_lifecycle.fold import (
     EVENT_TYPES,
     Archive,
     Consolidation,
     LifecycleFold,
 )
+from memledger_lifecycle.forming_fold import FormingFold
 from memledger_platform import bus
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
@@ -49,6 +53,8 @@ class Tally:
     archived: int = 0
     merged: int = 0
     suggested: int = 0
+    themes: int = 0
+    learned: int = 0
     refused: int = 0
     ticks: int = 0
 
@@ -64,6 +70,7 @@ class Scheduler:
         self._clock = clock or SystemClock()
         self._open = opener or Opener(None)
         self.fold = LifecycleFold()
+        self.forming = FormingFold()
         self.caught_up = False
         self.tally = Tally()
 
@@ -83,7 +90,8 @@ class Scheduler:
         stream = self._subjects.events_stream
         with contextlib.suppress(NotFoundError):
             await self._js.delete_consumer(stream, DURABLE)
-        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
+        read = dict.fromkeys((*EVENT_TYPES, *forming_fold.EVENT_TYPES))
+        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in read]
         return await self._js.pull_subscribe(
             self._subjects.all_events, durable=DURABLE, stream=stream,
             config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
@@ -92,7 +100,10 @@ class Scheduler:
     def _fold(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
             document = self._open(orjson.loads(msg.data))
-            self.fold.apply(event_from(document), document.get("subject_id"))
+            event = event_from(document)
+            if event.event_type in EVENT_TYPES:
+                self.fold.apply(event, document.get("subject_id"))
+            self.forming.apply(event, document.get("subject_id"))
         # Decide only on the whole log: a policy or a hold further on must not be missed.
         if msgs:
             self.caught_up = msgs[-1].metadata.num_pending == 0
@@ -108,6 +119,10 @@ class Scheduler:
             commands.setdefault(archive.tenant, []).append(_archive(archive))
         for found in self.fold.take_consolidations():
             commands.setdefault(found.tenant, []).append(_consolidation(found))
+        # Themes and importance are what the fold holds now: decided after the archives.
+        for tenant, command in [*self.forming.themes(self.fold),
+                                *self.forming.importance(self.fold)]:
+            commands.setdefault(tenant, []).append(command)
         for tenant, batch in commands.items():
             for start in range(0, len(batch), _SEND):
                 await self._send(tenant, batch[start:start + _SEND])
@@ -134,6 +149,10 @@ class Scheduler:
                 self.tally.merged += 1
             case c.SuggestMerge():
                 self.tally.suggested += 1
+            case c.RecordTheme():
+                self.tally.themes += 1
+            case c.LearnImportance():
+                self.tally.learned += 1
 
 
 def _archive(a: Archive) -> c.ArchiveMemory:

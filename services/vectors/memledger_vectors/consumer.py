@@ -56,7 +56,7 @@ class VectorProjector:
         self._js: JetStreamContext | None = None
         self._subjects = subjects
         self._index = index
-        self._fold = VectorFold(index.points, model)
+        self._fold = VectorFold(index.points, model, sessions=index.session_messages)
         self._batch = batch
         self._open = opener or Opener(None)
         self._on_erased = on_erased

@@ -24,6 +24,7 @@ from memledger_platform.readmodel.projection import Event, event_from, layer_of
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint
+from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
 from memledger_vectors.messages import EVENT_TYPES as MESSAGE_EVENTS
 from memledger_vectors.messages import MessageFold
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("6c0b7c4e-61c7-4f0a-9a43-3f1f4b1f3a10")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EVENT_TYPES = ("memory.asserted", "memory.revised", "memory.retracted", "memory.superseded",
-               "memory.archived", "memory.promoted", "memory.embedded", *MESSAGE_EVENTS)
+               "memory.archived", "memory.promoted", "memory.embedded",
+               "memory.importance_learned", *MESSAGE_EVENTS)
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -65,14 +67,17 @@ class VectorFold:
     """Folds events into points; ``take()`` hands over the points that changed since the last
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
 
-    def __init__(self, load: Loader, model: str, *, cache_items: int = 20_000) -> None:
+    def __init__(self, load: Loader, model: str, *, sessions: Sessions | None = None,
+                 cache_items: int = 20_000) -> None:
+        """``load``: an item's points from the index; ``sessions``: a session's message points
+        from the index (the turns before a message, ``message_context``)."""
         self._load = load
         self._model = model
         self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
         self._cache_items = cache_items
         self._dirty: dict[str, IndexedPoint] = {}
         self._gone: set[str] = set()
-        self._messages = MessageFold(load, cache=cache_items)
+        self._messages = MessageFold(load, sessions=sessions, cache=cache_items)
         self.position = 0
         self.skipped_models: set[str] = set()
 
@@ -266,6 +271,8 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, VectorEvent], 
     "memory.asserted": VectorFold._asserted, "memory.revised": VectorFold._revised,
     "memory.retracted": VectorFold._retracted, "memory.superseded": VectorFold._superseded,
     "memory.archived": VectorFold._archived, "memory.promoted": VectorFold._promoted,
+    # Learned importance patches the importance from when it was learned, as a revision would.
+    "memory.importance_learned": VectorFold._revised,
 }
 
 
