@@ -35,7 +35,8 @@ def eventually_sync(check: Callable[[], T], timeout: float = 10.0, interval: flo
         time.sleep(interval)
 
 
-def holds(check: Callable[[], Awaitable[T]], what: str = "") -> Callable[[], Awaitable[T]]:
+def holds(check: Callable[[], Awaitable[T | None]], what: str = ""
+          ) -> Callable[[], Awaitable[T]]:
     """``check`` as an ``eventually`` check when it answers rather than asserts: a result that
     is not true (``False``, ``None``, an empty list) means not yet; ``what`` is the message
     when it never holds."""
@@ -47,7 +48,7 @@ def holds(check: Callable[[], Awaitable[T]], what: str = "") -> Callable[[], Awa
     return asserted
 
 
-def holds_sync(check: Callable[[], T], what: str = "") -> Callable[[], T]:
+def holds_sync(check: Callable[[], T | None], what: str = "") -> Callable[[], T]:
     """``holds`` for ``eventually_sync``."""
     def asserted() -> T:
         found = check()
