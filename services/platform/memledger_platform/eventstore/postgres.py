@@ -235,7 +235,7 @@ class PostgresEventStore(EventStore):
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor[DictRow]]:
         # Results in binary: an event's bytea comes as it is stored, not hex-encoded by the
-        # server and decoded here, the larger part of reading the log (docs/adr/0002).
+        # server and decoded here, a large part of reading the log (docs/adr/0002).
         with self._connection() as conn, conn.cursor(binary=True) as curs:
             yield curs
 
