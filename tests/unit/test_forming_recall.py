@@ -74,3 +74,22 @@ def test_a_search_hit_is_credited_as_a_message_a_summary_a_fact_or_nothing() -> 
     assert kinds[1].credit.sessions == ("1",)
     assert formed.end_commands(loaded) == [{"command": "end_session", "space_id": "locomo-c",
                                             "session_id": session}]
+
+
+def _hit(turns: tuple[str, ...], kind: str, score: float) -> formed.Hit:
+    return formed.Hit(credit.Credit(turns, tuple(dict.fromkeys(SESSION_OF[t] for t in turns))),
+                      kind, score)
+
+
+def test_derived_hits_at_half_weight_go_above_a_message_only_when_twice_as_good() -> None:
+    hits = [_hit(("D1:1", "D1:2"), "summary", 0.9), _hit(("D2:1",), "message", 0.5),
+            _hit(("D3:1",), "derived", 0.6), _hit(("D2:2",), "message", 0.2)]
+    ranked = formed.derived_weighted(0.5)(hits, SESSION_OF)
+    assert [c.turns for c in ranked] == [("D2:1",), ("D1:1", "D1:2"), ("D3:1",), ("D2:2",)]
+
+
+def test_a_derived_hit_followed_to_its_sources_gives_each_turn_a_place_once() -> None:
+    hits = [_hit(("D2:1",), "message", 0.9), _hit(("D1:1", "D2:1"), "summary", 0.8),
+            _hit(("D1:1",), "message", 0.7), _hit(("D3:1",), "message", 0.6)]
+    turns = formed.sources_in_place(hits, SESSION_OF)
+    assert turns == [credit.of_turn(t, SESSION_OF) for t in ("D2:1", "D1:1", "D3:1")]

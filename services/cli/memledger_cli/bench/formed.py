@@ -15,7 +15,7 @@ Beside them, ways of using the same mixed hits (``VARIANTS``), and what the mixe
 (``forming_top10_derived_share``, ``forming_top10_summary_share``).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,15 +68,36 @@ class Formed:
                    float(found["score"]))
 
 
-Variant = Callable[[Sequence[Hit]], list[credit.Credit]]
+Variant = Callable[[Sequence[Hit], Mapping[str, str]], list[credit.Credit]]
+"""A way of using a question's mixed hits (given the session of each turn)."""
 
 
-def as_ranked(hits: Sequence[Hit]) -> list[credit.Credit]:
+def as_ranked(hits: Sequence[Hit], session_of: Mapping[str, str] | None = None
+              ) -> list[credit.Credit]:
     """The hits in the server's order."""
     return [h.credit for h in hits]
 
 
-VARIANTS: dict[str, Variant] = {"mixed": as_ranked}
+def derived_weighted(weight: float) -> Variant:
+    """The hits reordered with a derived hit's score times ``weight`` (a message's as is):
+    what is derived restates what was said, so it goes above a message only when it
+    matches the query ``1 / weight`` times better."""
+    def ranked(hits: Sequence[Hit], session_of: Mapping[str, str]) -> list[credit.Credit]:
+        order = sorted(hits, key=lambda h: -h.score * (1.0 if h.kind == "message" else weight))
+        return [h.credit for h in order]
+    return ranked
+
+
+def sources_in_place(hits: Sequence[Hit], session_of: Mapping[str, str]
+                     ) -> list[credit.Credit]:
+    """The turns the hits bring back, in order, each once: a derived hit is followed to its
+    sources (a summary's all lie in its session), which take its place, one place a turn."""
+    turns = dict.fromkeys(t for hit in hits for t in hit.credit.turns)
+    return [credit.of_turn(t, session_of) for t in turns]
+
+
+VARIANTS: dict[str, Variant] = {"mixed": as_ranked, "derived_half": derived_weighted(0.5),
+                                "sources_in_place": sources_in_place}
 """Ways of using the mixed hits, each scored as ``forming_<name>_*``."""
 
 
@@ -140,7 +161,9 @@ async def measure(http: aiohttp.ClientSession, loaded: Sequence[Loaded]) -> dict
     out: dict[str, Any] = {**_counts(formed, mixed), **_scored(
         formed, [as_ranked(h) for h in messages], "forming_messages_only_")}
     for name, variant in VARIANTS.items():
-        out.update(_scored(formed, [variant(h) for h in mixed], f"forming_{name}_"))
+        sessions = [f.session_of for f in formed for _ in f.loaded.conversation.questions]
+        out.update(_scored(formed, [variant(h, s) for h, s in zip(mixed, sessions, strict=True)],
+                           f"forming_{name}_"))
     return out
 
 
