@@ -12,6 +12,10 @@ same metrics of baselines computed in this process over the same turns (``baseli
 ``baseline_bm25_*``, ``baseline_dense_*`` and ``baseline_rrf_*``), and memledger's own search
 with one signal alone (``dense_only_*``, ``keyword_only_*``), which its fusion must beat.
 
+With ``--forming`` (``formed``), every session is then ended and the questions asked again,
+once of the messages alone and once of messages and the memories the enricher formed from
+them (``forming_*``), each hit credited with the turns it brings back (``credit``).
+
 SituatedQA (``situated``): accuracy of the answer that held at a date, with and without the
 valid-time filter (``situatedqa_*``). It is loaded after LoCoMo's questions are asked, so its
 statements do not change their keyword statistics.
