@@ -10,6 +10,7 @@ thread that started them, which their parent-death signal is tied to.
 
 import base64
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -17,11 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import httpx
 import psutil
@@ -34,9 +35,11 @@ from memledger_platform.engines import (
     free_port,
     parent_death_preexec,
 )
+from tests.support import eventually_sync, holds_sync
 
 SERVICES = ("ingest", "relay", "projector", "enricher", "query")
 Engine = Literal["postgres", "nats"]
+T = TypeVar("T")
 RESTART_PAUSE_SECONDS = 1.0
 """As ``memledger up``'s supervisor waits before starting a dead child again."""
 
@@ -106,12 +109,18 @@ class Cluster:
         return env
 
     def wait_healthy(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
         for url in (f"{self.ingest_url}/health", f"{self.query_url}/v1/query/health"):
-            while not _answers(url):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{url} did not answer in {timeout:.0f}s\n{self.logs()}")
-                time.sleep(0.2)
+            self._until(functools.partial(_answers, url), f"{url} did not answer in {timeout:.0f}s",
+                        timeout, interval=0.2)
+
+    def _until(self, check: Callable[[], T | None], what: str, timeout: float = 120.0,
+               interval: float = 0.1) -> T:
+        """``check``'s first true answer; after ``timeout`` seconds, fail with ``what`` and the
+        services' logs."""
+        try:
+            return eventually_sync(holds_sync(check), timeout, interval)
+        except AssertionError:
+            raise AssertionError(f"{what}\n{self.logs()}") from None
 
     def stop_services(self) -> None:
         """SIGTERM every service (a graceful stop) and stop supervising them."""
@@ -129,19 +138,13 @@ class Cluster:
 
     def kill(self, service: str) -> None:
         """kill -9 a service; the supervisor starts it again."""
-        deadline = time.monotonic() + 120
-        while (proc := self._running(service)) is None:
-            assert time.monotonic() < deadline, f"{service} is not running\n{self.logs()}"
-            time.sleep(0.1)
+        proc = self._until(lambda: self._running(service), f"{service} is not running")
         proc.send_signal(signal.SIGKILL)
 
     def kill_child(self, service: str, module: str) -> None:
         """kill -9 the child process of ``service`` that runs ``module``; the service starts
         it again when it next needs it."""
-        deadline = time.monotonic() + 120
-        while not (found := self._child(service, module)):
-            assert time.monotonic() < deadline, f"{service} runs no {module}\n{self.logs()}"
-            time.sleep(0.1)
+        found = self._until(lambda: self._child(service, module), f"{service} runs no {module}")
         found[0].kill()
 
     def _child(self, service: str, module: str) -> list[psutil.Process]:
@@ -165,16 +168,8 @@ class Cluster:
         pid = server.pid
         assert pid is not None, f"{engine} is not running"
         os.kill(pid, signal.SIGKILL)
-        time.sleep(RESTART_PAUSE_SECONDS)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                server.start()
-                return
-            except EngineStartError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        time.sleep(RESTART_PAUSE_SECONDS)  # down as long as a supervised service would be
+        eventually_sync(lambda: _started(server), timeout=120, interval=0.5)
 
     @contextmanager
     def paused(self, engine: Engine) -> Iterator[None]:
@@ -225,6 +220,13 @@ class Cluster:
                 preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
         service.died_at = None
         service.starts += 1
+
+
+def _started(server: EmbeddedNats | EmbeddedPostgres) -> None:
+    try:
+        server.start()
+    except EngineStartError as error:
+        raise AssertionError(f"not started again: {error}") from error
 
 
 def _terminate(proc: "subprocess.Popen[bytes] | None") -> None:

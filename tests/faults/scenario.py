@@ -17,6 +17,7 @@ import psycopg
 
 from tests.faults.cluster import Cluster
 from tests.faults.load import Acked, Load
+from tests.support import eventually_sync, holds_sync
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _reach(checks: dict[str, Callable[[], bool]], timeout: float) -> dict[str, f
         for name, check in checks.items():
             if reached[name] is None and check():
                 reached[name] = time.monotonic()
-        time.sleep(0.05)
+        time.sleep(0.05)  # a measurement, not a wait: when each check first holds
     return reached
 
 
@@ -120,15 +121,12 @@ def _since(reached: float | None, started: float) -> float | None:
 def _until(check: Callable[[], Any], timeout: float, what: str, cluster: Cluster) -> Any:
     """Poll ``check`` until it returns something true; return that, or (after ``timeout``)
     ``None``, or raise if ``what`` names something that must happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if found := check():
-            return found
-        if time.monotonic() > deadline:
-            if what:
-                raise AssertionError(f"not {what} in {timeout:.0f}s\n{cluster.logs()}")
-            return None
-        time.sleep(0.05)
+    try:
+        return eventually_sync(holds_sync(check), timeout)
+    except AssertionError:
+        if what:
+            raise AssertionError(f"not {what} in {timeout:.0f}s\n{cluster.logs()}") from None
+        return None
 
 
 def _last_ack(load: Load) -> Acked | None:

@@ -132,8 +132,8 @@ class Settings(BaseSettings):
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
     enricher_batch: int = Field(default=64, ge=1, le=1_000,
                                 description="events embedded per model call")
-    # One batch at a time, its round trip through ingest left the model idle and held writes
-    # 5 s from being searchable at 100 writes/s.
+    # More than one: with one batch at a time, the model idles during each round trip through
+    # ingest (ADR 0006).
     enricher_in_flight: int = Field(default=3, ge=1, le=16, description="batches the "
                                     "enricher has under way at once (the next is embedded "
                                     "while ingest records the last)")

@@ -115,8 +115,8 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.router.route_class = _JsonBodyRoute  # before any route is added
     _errors(app)
     # Plain ASGI middleware: the decorator kind (BaseHTTPMiddleware) runs the rest of the
-    # request in a task group of its own and streams the response through a queue, a
-    # measurable part of a 15 ms search. The last added runs first.
+    # request in a task group of its own and streams the response through a queue, which
+    # costs a search noticeably. The last added runs first.
     app.add_middleware(_WithinHead, reader=reader)
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
