@@ -22,10 +22,16 @@ _DRAIN_SECONDS = 0.005
 _DAY = 24 * 3600.0
 
 
+def servers(url: str) -> list[str]:
+    """The servers of ``url``: one URL, or several separated by commas (a cluster's nodes)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 async def connect(url: str, name: str) -> Client:
-    """A connection that reconnects forever; a service outlives a NATS restart."""
-    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                              pending_size=64 * 1024 * 1024)
+    """A connection that reconnects forever, to any of the servers ``url`` names (one, or a
+    cluster's, comma-separated); a service outlives a NATS restart and a node's loss."""
+    return await nats.connect(servers(url), name=name, max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.5, pending_size=64 * 1024 * 1024)
 
 
 def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
