@@ -58,7 +58,9 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int
     """Create memledger's streams, or bring an existing one's config up to date."""
     for config in stream_configs(subjects, replicas):
         try:
-            await js.stream_info(config.name or "")
+            info = await js.stream_info(config.name or "")
+            # the metadata is not ours to drop: it names the stream's deployment
+            config.metadata = info.config.metadata
             await js.update_stream(config)
         except nats.js.errors.NotFoundError:
             log.info("creating JetStream stream %s", config.name)
