@@ -44,6 +44,10 @@ class Recovery:
     enriched_seconds: float | None
 
 
+def _planless(fault: Callable[[Cluster, Load], None]) -> Callable[[Cluster, Load, Plan], None]:
+    return lambda cluster, load, _: fault(cluster, load)
+
+
 FAULTS: dict[str, tuple[str, Callable[[Cluster, Load, Plan], None]]] = {
     "ingest": ("kill -9 ingest", lambda c, _l, _p: c.kill("ingest")),
     "relay": ("kill -9 relay", lambda c, _l, _p: c.kill("relay")),
@@ -55,8 +59,7 @@ FAULTS: dict[str, tuple[str, Callable[[Cluster, Load, Plan], None]]] = {
     "nats": ("kill -9 nats-server", lambda c, _l, _p: c.kill_engine("nats")),
     "postgres": ("kill -9 postgres", lambda c, _l, _p: c.kill_engine("postgres")),
     "nats-pause": ("SIGSTOP nats-server", lambda c, _l, p: _pause_nats(c, p.pause_seconds)),
-    **{name: (label, lambda c, load, _p, fault=fault: fault(c, load))
-       for name, (label, fault) in CLUSTER_FAULTS.items()},
+    **{name: (label, _planless(fault)) for name, (label, fault) in CLUSTER_FAULTS.items()},
 }
 """Each injects its fault and returns once the thing it hit is being restarted."""
 
