@@ -32,14 +32,15 @@ class Unfillable(Exception):
 
 
 PATH_PARAMETERS = ("space_id", "item_id", "session_id", "message_id", "entity_id",
-                   "relation_id", "retrieval_id", "subject_id")
+                   "relation_id", "retrieval_id", "subject_id", "subject")
 """The path parameters a fill must give (a route with another one fails the matrix)."""
 
-BODY_PROPERTIES = (*PATH_PARAMETERS, "spaces", "superseded_by", "similar_to",
-                   "merged_item_ids", "source_item_id", "source_entity", "target_entity",
-                   "query", "threshold")
+BODY_PROPERTIES = (*(p for p in PATH_PARAMETERS if p != "subject"), "spaces",
+                   "superseded_by", "similar_to", "merged_item_ids", "source_item_id",
+                   "source_entity", "target_entity", "query", "threshold")
 """Body properties (and proto fields) filled with the fill's value wherever a schema has them,
-optional or not: a request is then about the other tenant's things."""
+optional or not: a request is then about the other tenant's things. (A profile's ``subject``
+is a path's only: as search's filter it would narrow the victim's own reads to nothing.)"""
 
 QUERY_PARAMETERS: dict[str, Callable[[str, Fill], Any]] = {
     # name → its value for a path (None: left out)
@@ -55,6 +56,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "record_feedback": {"signal": "used"},
     "revise_memory": {"content": "a correction"},
     "merge_memories": {"similarity": 0.99},
+    "record_theme": {"threshold": 0.8},
 }
 
 PUBLIC = frozenset({("GET", "/health"), ("GET", "/openapi.json"),

@@ -194,7 +194,10 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
                         reason=f"reason {m}"),
          c.SupersedeMemory(space_id=s, item_id=old, superseded_by=item, reason=f"newer {m}"),
          c.SuggestMerge(space_id=s, item_id=other, similar_to=item, similarity=0.97,
-                        policy_version=1)],
+                        policy_version=1),
+         c.RecordTheme(space_id=s, theme_id=uuid.uuid5(uuid.NAMESPACE_URL, f"theme-{m}"),
+                       label=f"umbrella {m}", members=(item, other), size=2, threshold=0.8,
+                       policy_version=1)],
         [c.UpsertEntity(space_id=s, entity_id=ids["entity_id"], name=f"Name {m}",
                         type="person", aliases=(f"alias-{m}",)),
          c.UpsertEntity(space_id=s, entity_id=ids["other_entity_id"], name=f"Other {m}",
@@ -282,4 +285,5 @@ def fill_of(owned: Owned) -> dict[str, Any]:
             "superseded_by": ids["other_item_id"], "similar_to": ids["other_item_id"],
             "merged_item_ids": [ids["other_item_id"]], "source_item_id": ids["item_id"],
             "source_entity": ids["entity_id"], "target_entity": ids["other_entity_id"],
-            "query": "umbrella", "threshold": 0, "cursor": owned.cursor}
+            "query": "umbrella", "threshold": 0, "cursor": owned.cursor,
+            "subject": f"subj-{owned.marker}"}  # a profile's: the victim's triple subject
