@@ -124,6 +124,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     recorder = IntakeRecorder()
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, vectors, reader, recorder=recorder,
+                        embed_timeout=settings.query_embed_timeout_seconds,
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
