@@ -132,7 +132,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     retrieval_http.add_routes(app, semantic)
     lifecycle_http.add_routes(app, reader)
     forming_http.add_routes(app, reader)
-    reads = grpc_server.tenant_resolver(gate.gate, "read")
+    reads = grpc_server.principal_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, vectors, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
                         recorder)
