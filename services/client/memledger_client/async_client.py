@@ -167,9 +167,9 @@ class AsyncClient(AdminWriteMethods[Awaitable[WriteResult]]):
         ``next_cursor`` as ``after`` for the next)."""
         return await self.call(calls.sessions(space_id, filters))
 
-    async def graph(self, space_id: str, *, as_of_position: int | None = None,
-                    **consistency: Unpack[Consistency]) -> Graph:
-        return await self.call(calls.graph(space_id, as_of_position, consistency))
+    async def graph(self, space_id: str, **at: Unpack[AsOf]) -> Graph:
+        """The space's entities and relations at a (valid, system) point (default: now)."""
+        return await self.call(calls.graph(space_id, at))
 
     async def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
                          **at: Unpack[AsOf]) -> Neighbours:
@@ -193,10 +193,11 @@ class AsyncClient(AdminWriteMethods[Awaitable[WriteResult]]):
         return await self.call(calls.profile(space_id, subject, at))
 
     async def themes(self, space_id: str, *, as_of_position: int | None = None,
-               **consistency: Unpack[Consistency]) -> ThemeList:
+                     recorded_at: datetime | None = None,
+                     **consistency: Unpack[Consistency]) -> ThemeList:
         """The themes the space's memories form (a policy's ``theme_cosine`` turns them
-        on), the largest first."""
-        return await self.call(calls.themes(space_id, as_of_position, consistency))
+        on), the largest first, as of a position or a time (default: latest)."""
+        return await self.call(calls.themes(space_id, as_of_position, recorded_at, consistency))
 
     async def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return await self.call(calls.search(query, options))

@@ -164,9 +164,9 @@ class Client(AdminWriteMethods[WriteResult]):
         ``next_cursor`` as ``after`` for the next)."""
         return self.call(calls.sessions(space_id, filters))
 
-    def graph(self, space_id: str, *, as_of_position: int | None = None,
-              **consistency: Unpack[Consistency]) -> Graph:
-        return self.call(calls.graph(space_id, as_of_position, consistency))
+    def graph(self, space_id: str, **at: Unpack[AsOf]) -> Graph:
+        """The space's entities and relations at a (valid, system) point (default: now)."""
+        return self.call(calls.graph(space_id, at))
 
     def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
                    **at: Unpack[AsOf]) -> Neighbours:
@@ -190,10 +190,11 @@ class Client(AdminWriteMethods[WriteResult]):
         return self.call(calls.profile(space_id, subject, at))
 
     def themes(self, space_id: str, *, as_of_position: int | None = None,
+               recorded_at: datetime | None = None,
                **consistency: Unpack[Consistency]) -> ThemeList:
         """The themes the space's memories form (a policy's ``theme_cosine`` turns them
-        on), the largest first."""
-        return self.call(calls.themes(space_id, as_of_position, consistency))
+        on), the largest first, as of a position or a time (default: latest)."""
+        return self.call(calls.themes(space_id, as_of_position, recorded_at, consistency))
 
     def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return self.call(calls.search(query, options))
