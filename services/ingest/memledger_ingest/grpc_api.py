@@ -95,8 +95,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
             receipt = await self._erasure.erase(
                 who.tenant, subject, request.reason if request.HasField("reason") else None,
                 actor=f"key:{who.key_id or 'local'}", wait_seconds=ERASURE_WAIT_SECONDS)
-        except HttpError as error:
-            raise _refusal(error.problem) from None
+        except HttpError as error:  # the subject id, named as this request's field
+            body = error.problem.body()
+            for field in body["error"]["fields"]:
+                field["path"] = str(field["path"]).removeprefix("path.")
+            raise Refusal(error.problem.status, body) from None
         except LegalHold as hold:
             raise refusal(409, "legal_hold", str(hold), "subject_id") from None
         return json_format.ParseDict(ErasureReceipt.model_validate(receipt).model_dump(
