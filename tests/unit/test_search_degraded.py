@@ -12,7 +12,6 @@ from memledger_query.semantic import Layer, search
 from tests.unit.test_semantic_search import BUILD, NOW, TEA, point, scope
 
 
-
 def test_an_embedding_that_arrives_in_time_is_used_and_nothing_is_degraded() -> None:
     done: Future[list[float] | None] = Future()
     done.set_result([1.0, 0.0])
