@@ -10,9 +10,8 @@ and the vector digest need the admin role, as over HTTP.
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import Field
 from typing_extensions import override
 
 from memledger_platform.auth import Principal
@@ -31,10 +30,24 @@ from memledger_query import (
     session_http,
     stats,
     vector_summary,
-    views,
 )
 from memledger_query.dto import ItemList
 from memledger_query.grpc_convert import message, params, refusing
+from memledger_query.grpc_params import (
+    AgentsParams,
+    EntityParams,
+    ErasuresParams,
+    ItemParams,
+    LifecycleParams,
+    MessagesParams,
+    ProfileParams,
+    RetrievalParams,
+    SessionsParams,
+    SpaceParams,
+    SpacesParams,
+    StatsParams,
+    SummaryParams,
+)
 from memledger_query.http import (
     Problem,
     _conversation,
@@ -48,95 +61,12 @@ from memledger_query.http import (
 )
 from memledger_query.message_views import SessionFilters
 from memledger_query.reader import Reader
-from memledger_query.semantic_dto import Instant, Strict, TimeTravel
+from memledger_query.semantic_dto import TimeTravel
 from memledger_query.semantic_http import Semantic
 from memledger_schemas.grpc.v1 import query_pb2 as pb
 from memledger_schemas.grpc.v1 import query_pb2_grpc
 
 T = TypeVar("T")
-Limit = Field(default=100, ge=1, le=1_000)
-WaitMs = Field(default=2_000, ge=0, le=30_000)
-Position = Field(default=None, ge=0)
-
-
-class Consistent(Strict):
-    min_position: int | None = Position
-    wait_ms: int = WaitMs
-
-
-class AsOfOnly(Consistent):
-    as_of_position: int | None = Position
-
-
-class MessagesParams(AsOfOnly):
-    space_id: str
-    session_id: str
-    limit: int = Field(default=200, ge=1, le=1_000)
-
-
-class SessionsParams(Consistent):
-    space_id: str
-    agent_id: str | None = Field(default=None, max_length=64)
-    participant: str | None = Field(default=None, max_length=512)
-    status: Literal["active", "ended"] | None = None
-    started_from: Instant = None
-    started_to: Instant = None
-    ended_from: Instant = None
-    ended_to: Instant = None
-    limit: int = Field(default=50, ge=1, le=1_000)
-    after: str | None = Field(default=None, max_length=512)
-
-
-class SpaceParams(TimeTravel):
-    space_id: str
-
-
-class EntityParams(SpaceParams):
-    entity_id: str = Field(min_length=1)
-    depth: int = Field(default=1, ge=1, le=views.MAX_DEPTH)
-    limit: int = Limit
-
-
-class SpacesParams(AsOfOnly):
-    status: Literal["active", "archived"] | None = None
-    limit: int = Limit
-    after: str | None = Field(default=None, max_length=256)
-
-
-class AgentsParams(AsOfOnly):
-    limit: int = Limit
-    after: str | None = Field(default=None, max_length=256)
-
-
-class ErasuresParams(Strict):
-    limit: int = Limit
-
-
-class StatsParams(Consistent):
-    space_id: str
-
-
-class SummaryParams(Strict):
-    as_of_position: int | None = Position
-    wait_ms: int = WaitMs
-
-
-class RetrievalParams(Consistent):
-    retrieval_id: str
-
-
-class ItemParams(AsOfOnly):
-    space_id: str
-    item_id: str
-
-
-class LifecycleParams(AsOfOnly):
-    space_id: str
-    limit: int = Limit
-
-
-class ProfileParams(SpaceParams):
-    subject: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00]*$")
 
 
 class ReadMethods(query_pb2_grpc.QueryServicer):
