@@ -1,6 +1,7 @@
 """The query's embedding waited for within a deadline, and search ranking by keywords alone
 without it."""
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import pytest
@@ -13,7 +14,7 @@ from tests.unit.test_semantic_search import BUILD, NOW, TEA, point, scope
 
 
 def test_an_embedding_that_arrives_in_time_is_used_and_nothing_is_degraded() -> None:
-    done: Future[list[float] | None] = Future()
+    done: Future[Sequence[float] | None] = Future()
     done.set_result([1.0, 0.0])
     bounded = BoundedEmbedding(done, deadline=10.0, monotonic=lambda: 0.0)
     assert bounded() == [1.0, 0.0]
@@ -21,14 +22,14 @@ def test_an_embedding_that_arrives_in_time_is_used_and_nothing_is_degraded() -> 
 
 
 def test_a_late_embedding_is_given_up_at_the_deadline_and_named() -> None:
-    never: Future[list[float] | None] = Future()
+    never: Future[Sequence[float] | None] = Future()
     bounded = BoundedEmbedding(never, deadline=5.0, monotonic=lambda: 5.0)  # already due
     assert bounded() is None
     assert (bounded.failure, bounded.degraded) == ("timeout", ["embedder"])
 
 
 def test_a_failed_embedding_is_none_with_its_error_and_is_not_waited_for_twice() -> None:
-    failed: Future[list[float] | None] = Future()
+    failed: Future[Sequence[float] | None] = Future()
     failed.set_exception(ConnectionError("model unreachable"))
     bounded = BoundedEmbedding(failed, deadline=1.0, monotonic=lambda: 0.0)
     assert bounded() is None
