@@ -116,7 +116,9 @@ class Settings(BaseSettings):
         default="auto", description="auto: Cohere when a key is set, else the local model; "
         "hashing is a model-free stand-in for tests")
     cohere_api_key: str | None = Field(default=None, repr=False,
-                                       description="Cohere's API key (embeddings)")
+                                       description="Cohere's API key (embeddings, rerank, the "
+                                       "cohere extractor; with embedder auto, a key turns "
+                                       "embeddings to Cohere)")
     cohere_model: str = Field(default="embed-v4.0", description="Cohere embedding model")
     cohere_dims: int = Field(default=1024, ge=1, le=8_192,
                              description="dimensions of Cohere's embeddings")
