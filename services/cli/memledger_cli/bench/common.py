@@ -37,6 +37,8 @@ class Server:
     nats_url: str
     home: str = ""
     """The server's data directory (its master key is there)."""
+    pid: int = 0
+    """The ``memledger up`` process (its services and engines are its descendants)."""
 
 
 @contextmanager
@@ -58,7 +60,8 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
                 engines = with_credentials(  # the bench is the owner: it logs in as the admin
                     Path(home), f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
                     f"nats://127.0.0.1:{ports['NATS']}")
-                yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home)
+                yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home,
+                             proc.pid)
             except Exception:
                 # The server's data directory goes with it: its last words go to the terminal.
                 print(f"memledger bench: the server's log ended with:\n"
