@@ -30,7 +30,7 @@ from memledger_platform.auth_postgres import PostgresKeyStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_platform.limits import RequestLimits
-from memledger_query import lifecycle_http
+from memledger_query import forming_http, lifecycle_http
 from memledger_schemas.subjects import Subjects
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
@@ -106,6 +106,7 @@ def _keys(keys: PostgresKeyStore) -> tuple[str, str]:
 def _together(p: Pipeline) -> ASGIApp:
     """Ingest's routes with the query app mounted behind them, as the embedded mode has them."""
     lifecycle_http.add_routes(p.app, p.reader)
+    forming_http.add_routes(p.app, p.reader)
     behind(p.ingest_app, p.app)
     return cast(ASGIApp, p.ingest_app)
 

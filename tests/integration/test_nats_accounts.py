@@ -173,8 +173,8 @@ async def _services(server: AccountsNats, dsn: str, schema: str, home: Path,
         [("projector-postgres", projector.serve(s("projector"), dsn, server.url("projector"),
                                                 stop)),
          ("", relay.serve(s("relay"), Endpoints(dsn, server.url("relay")), stop))],
-        [("projector-vectors-hashing-v1", query.serve(s("query"), dsn, server.url("query"),
-                                                      stop)),
+        [("projector-vectors-hashing-v1-snowball-en", query.serve(s("query"), dsn,
+                                                                  server.url("query"), stop)),
          ("enricher-hashing-v1", enricher.serve(s("enricher"), server.url("enricher"), stop)),
          ("lifecycle", lifecycle.serve(s("lifecycle"), server.url("lifecycle"), stop))]]
     tasks: list[asyncio.Task[None]] = []

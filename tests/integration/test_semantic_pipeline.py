@@ -172,8 +172,9 @@ async def test_a_period_named_in_the_query_lifts_what_happened_then_and_is_liste
     assert {h["explain"]["time_factor"] for h in plain["results"]} == {1.0}
 
 
-async def test_user_messages_become_preferences_in_a_context_bundle_within_its_budget(
+async def test_a_context_bundle_holds_the_session_and_the_steering_rules_within_its_budget(
         running: Pipeline) -> None:
+    # What a conversation says about its people is the forming service's (test_forming.py).
     await _write(running, "acme", CreateSpace(space_id="main"))
     session = (await _write(running, "acme", StartSession(space_id="main")))["session_id"]
     await _write(running, "acme", AssertMemory(
@@ -182,14 +183,9 @@ async def test_user_messages_become_preferences_in_a_context_bundle_within_its_b
         space_id="main", session_id=session, role="user",
         content="I'm allergic to peanuts. Which snacks are safe?"))
     async with running.client("acme") as client:
-        async def bundle() -> dict[str, Any] | None:
-            answer = (await client.post("/v1/context", json={
-                "space_id": "main", "session_id": session, "budget_tokens": 120,
-                "min_position": said["position"]})).json()
-            texts = [e["text"] for s in answer["sections"] for e in s["entries"]]
-            return answer if "- restriction: peanuts" in texts else None
-        answer = await until(bundle)
-    assert answer is not None, "the extracted restriction never reached the bundle"
+        answer = (await client.post("/v1/context", json={
+            "space_id": "main", "session_id": session, "budget_tokens": 120,
+            "min_position": said["position"]})).json()
     sections = {s["name"]: [e["text"] for e in s["entries"]] for s in answer["sections"]}
     assert sections["session"] == ["user: I'm allergic to peanuts. Which snacks are safe?"]
     assert "- [steering_rule] Always answer in British English" in sections["preferences"]

@@ -53,6 +53,8 @@ class FakeMemledger(FakeReads):
             ("GET", r"/v1/agents", self.list_agents),
             ("GET", rf"/v1/spaces/{ID}/policies", self.list_policies),
             ("GET", rf"/v1/spaces/{ID}/stats", self.stats),
+            ("GET", rf"/v1/spaces/{ID}/profiles/([^/]+)", self.profile),
+            ("GET", rf"/v1/spaces/{ID}/themes", self.themes),
             ("POST", r"/v1/search", self.search),
             ("POST", r"/v1/context", self.context),
             ("GET", rf"/v1/spaces/{ID}/items", self.list_items),

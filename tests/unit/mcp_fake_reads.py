@@ -38,6 +38,7 @@ class FakeReads:
         self.messages: list[dict[str, Any]] = []
         self.entities: dict[str, dict[str, Any]] = {}
         self.relations: dict[str, dict[str, Any]] = {}
+        self.theme_list: list[dict[str, Any]] = []
         self.agents: dict[str, dict[str, Any]] = {}
         self.policies: list[dict[str, Any]] = []
         self.changes: list[dict[str, Any]] = []
@@ -174,6 +175,22 @@ class FakeReads:
                         and (not kinds or i["kind"] in kinds)), key=lambda i: i["item_id"])
         return httpx.Response(200, json={"basis": self.basis().model_dump(mode="json"),
                                          "items": found[:int(params.get("limit", "100"))]})
+
+    def profile(self, space: str, subject: str, **_: Any) -> httpx.Response:
+        if space not in self.spaces:
+            return error(404, f"space {space!r} not found")
+        about = [i for i in self.items.values() if i["space_id"] == space
+                 and i["status"] == "active" and i["kind"] in ("fact", "preference")
+                 and (i["triple"] or {}).get("subject", "").casefold() == subject.casefold()]
+        return httpx.Response(200, json={"basis": self.basis().model_dump(mode="json"),
+                                         "space_id": space, "subject": subject,
+                                         "facts": about})
+
+    def themes(self, space: str, **_: Any) -> httpx.Response:
+        if space not in self.spaces:
+            return error(404, f"space {space!r} not found")
+        return httpx.Response(200, json={"basis": self.basis().model_dump(mode="json"),
+                                         "space_id": space, "themes": self.theme_list})
 
     def history(self, space: str, item_id: str, **_: Any) -> httpx.Response:
         if item_id not in self.items:

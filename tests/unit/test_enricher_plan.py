@@ -135,7 +135,7 @@ def test_a_revised_content_is_embedded_at_the_revisions_stream_version() -> None
 
 @pytest.mark.parametrize("event", [
     asserted(ADA), revised(content=ADA, version=4), message("user", ADA),
-    message("user", "I prefer tea. I live in Lisbon"),
+    asserted("I prefer tea. I live in Lisbon"),
 ], ids=["asserted", "revised", "message", "two preferences"])
 def test_the_same_event_twice_gives_equal_commands_with_the_same_keys(
         event: dict[str, Any]) -> None:
@@ -153,12 +153,12 @@ def test_keys_differ_between_versions_of_an_item() -> None:
 
 
 def test_a_stated_preference_is_recorded_with_its_rule_and_source() -> None:
-    [preference] = of_type(plan(message("user", "I prefer green tea in the morning.")),
+    [preference] = of_type(plan(asserted("I prefer green tea in the morning.")),
                            RecordPreference)
     assert (preference.rule_id, preference.category, preference.value) == (
         "prefer", "preference", "green tea in the morning")
     assert preference.confidence == 0.95
-    assert preference.source_item_id == UUID(MESSAGE)
+    assert preference.source_item_id == UUID(ITEM)
 
 
 def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() -> None:
@@ -172,10 +172,9 @@ def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() 
         ("profile.name", "Ada Lovelace"), ("profile.company", "Analytical Engines")]
 
 
-def test_a_user_message_is_embedded_and_gives_preferences_but_no_entities() -> None:
+def test_a_user_message_is_only_embedded_here_the_extractor_reads_what_it_says() -> None:
     commands = plan(message("user", ADA))
-    assert [type(c).__name__ for c in commands] == [
-        "RecordMessageEmbedding", "RecordPreference", "RecordPreference"]
+    assert [type(c).__name__ for c in commands] == ["RecordMessageEmbedding"]
 
 
 def test_a_message_is_embedded_naming_its_session_and_message_with_its_own_key() -> None:

@@ -183,3 +183,31 @@ async def test_prune_without_criteria_is_refused_naming_them(fake: FakeMemledger
                             "one of kinds, tags, session_id, agent_id, subject, predicate, "
                             "valid_before, importance_below, confidence_below")
     assert fake.sent("/v1/batch") == []
+
+
+async def test_profile_shows_what_is_believed_about_a_subject_and_not_what_was_replaced(
+        fake: FakeMemledger) -> None:
+    async with connected(fake) as session:
+        await call(session, "remember", content="Alice works at Acme", triple=ALICE)
+        await call(session, "remember", content="Alice works at Globex",
+                   triple={**ALICE, "object": "globex"})
+        await call(session, "remember", content="Bob likes tea", kind="preference",
+                   triple={"subject": "Bob", "predicate": "likes", "object": "tea"})
+        found = await call(session, "profile", subject="alice")
+    assert found["subject"] == "alice"
+    assert [f["content"] for f in found["facts"]] == ["Alice works at Globex"]
+
+
+async def test_themes_lists_the_spaces_themes_and_recall_can_keep_to_one(
+        fake: FakeMemledger) -> None:
+    theme = "0190a000-0000-7000-8000-00000000aaaa"
+    async with connected(fake) as session:
+        await call(session, "remember", content="tomatoes need sun")
+        fake.theme_list = [{"theme_id": theme, "label": "garden · tomato", "size": 2,
+                            "members": [], "threshold": 0.8, "policy_version": 1,
+                            "formed_position": 3, "updated_position": 3,
+                            "updated_at": "2026-01-01T00:00:00Z"}]
+        listed = await call(session, "themes")
+        await call(session, "recall", query="sun", theme=theme)
+    assert [t["label"] for t in listed["themes"]] == ["garden · tomato"]
+    assert json.loads(fake.sent("/v1/search")[-1].content)["theme"] == theme

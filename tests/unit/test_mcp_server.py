@@ -17,7 +17,8 @@ EVERY_TOOL = {
     "remember", "revise", "retract", "promote", "forget", "feedback", "recall", "get_context",
     "what_changed_since", "what_was_true", "history", "start_session", "add_message",
     "end_session", "list_sessions", "read_conversation", "link_entity", "relate", "unrelate",
-    "related", "list_spaces", "create_space", "list_agents", "register_agent", "prune"}
+    "related", "list_spaces", "create_space", "list_agents", "register_agent", "prune",
+    "profile", "themes"}
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ async def test_the_server_offers_every_tool_and_marks_what_each_does_to_memory(
     read_only = {n for n, a in hints.items() if a and a.read_only_hint}
     assert read_only == {"recall", "get_context", "what_changed_since", "what_was_true",
                          "history", "list_sessions", "read_conversation", "related",
-                         "list_spaces", "list_agents"}
+                         "list_spaces", "list_agents", "profile", "themes"}
     destructive = {n for n, a in hints.items() if a and a.destructive_hint}
     assert destructive == {"retract", "forget", "unrelate", "prune"}
     assert tools["remember"].input_schema["required"] == ["content"]
@@ -193,7 +194,8 @@ async def test_every_tool_names_the_bad_argument_and_sends_nothing(
         "unrelate": {"relation_id": "nope"}, "related": {"entity_id": "a", "depth": 9},
         "list_spaces": {"status": "gone"}, "create_space": {"space_id": "no spaces"},
         "list_agents": {"limit": 0}, "register_agent": {"agent_id": "a.b"},
-        "prune": {"kinds": ["fact"], "limit": 0}}
+        "prune": {"kinds": ["fact"], "limit": 0}, "profile": {"subject": ""},
+        "themes": {"space": 7}}
     named = {"remember": "session_id", "revise": "item_id", "retract": "item_id",
              "promote": "layer", "forget": "reason", "feedback": "item_ids", "recall": "k",
              "get_context": "budget_tokens", "what_changed_since": "limit",
@@ -202,7 +204,8 @@ async def test_every_tool_names_the_bad_argument_and_sends_nothing(
              "read_conversation": "limit", "link_entity": "entity_id",
              "relate": "relation_type", "unrelate": "relation_id", "related": "depth",
              "list_spaces": "status", "create_space": "space_id", "list_agents": "limit",
-             "register_agent": "agent_id", "prune": "limit"}
+             "register_agent": "agent_id", "prune": "limit", "profile": "subject",
+             "themes": "space"}
     async with connected(fake) as session:
         errors = {tool: await refused(session, tool, **arguments)
                   for tool, arguments in bad.items()}

@@ -92,7 +92,8 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
                             content_at=NOW - 180 * DAY), RECIPE, NOW, Signals(used=1))
     assert found.explain == {
         "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71, "fused": 0.59,
-        "time_nearness": 0.0, "time_factor": 1.0, "age_days": 180.0, "half_life_days": 180.0,
+        "time_nearness": 0.0, "time_factor": 1.0, "session_keyword": 0.0, "session_factor": 1.0,
+        "age_days": 180.0, "half_life_days": 180.0,
         "decay": 0.5, "recency_factor": 0.9,
         "importance_factor": 1.1, "confidence_factor": 0.85, "signals_used": 1,
         "signals_unused": 0, "signals_reaffirmed": 0, "signals_rated": 0, "rating_mean": 0,
@@ -108,6 +109,44 @@ def test_the_recipe_is_data_a_recipe_without_recency_ignores_age() -> None:
     old = candidate(dense=1.0, content_at=NOW - 10_000 * DAY)
     assert score(old, timeless, NOW).score == pytest.approx(0.3)
     assert score(old, RECIPE, NOW).score < 0.3 * 0.81
+
+
+# --- the session's words --------------------------------------------------------------------
+
+def message(item: str, session: str, *, dense: float | None = None,
+            keyword: float | None = None) -> Candidate:
+    return candidate(item, dense=dense, keyword=keyword, kind="message", session=session)
+
+
+def test_a_message_is_lifted_by_the_best_keyword_match_of_its_session() -> None:
+    named = message("named", "s1", keyword=12.0)  # keyword relevance 0.75
+    answer = message("answer", "s1", dense=0.8)
+    found = {r.candidate.item_id: r for r in rank([named, answer], RECIPE, NOW)}
+    assert found["answer"].explain["session_keyword"] == 0.75
+    assert found["answer"].score == pytest.approx(0.3 * 0.8 * (1 + 0.5 * 0.75))
+    assert found["named"].score == pytest.approx(0.7 * 0.75 * (1 + 0.5 * 0.75)), \
+        "the best match of a session is one of its candidates: it counts for itself too"
+    assert found["answer"].explain["session_factor"] == pytest.approx(1.375)
+    assert found["answer"].relevance == pytest.approx(0.7 * 0.8), \
+        "the session's words order hits; they never let one in"
+
+
+def test_a_turn_of_the_session_that_names_the_topic_overtakes_an_equal_turn_elsewhere(
+        ) -> None:
+    found = [message("elsewhere", "s2", dense=0.8), message("here", "s1", dense=0.8),
+             message("named", "s1", keyword=2.0)]
+    order = [r.candidate.item_id for r in rank(found, RECIPE, NOW)]
+    assert order.index("here") < order.index("elsewhere")
+    alone = [r.candidate.item_id for r in rank(found, Recipe(session_weight=0.0), NOW)]
+    assert alone.index("elsewhere") < alone.index("here"), "ties go by item id without it"
+
+
+def test_only_messages_are_lifted_and_only_by_their_own_session() -> None:
+    found = rank([message("named", "s1", keyword=12.0), message("other", "s2", dense=0.8),
+                  candidate("fact", dense=0.8, session="s1"),
+                  candidate("loose", dense=0.8, kind="message")], RECIPE, NOW)
+    lifted = {r.candidate.item_id: r.explain["session_factor"] for r in found}
+    assert lifted == {"named": 1.375, "other": 1.0, "fact": 1.0, "loose": 1.0}
 
 
 # --- learned utility ------------------------------------------------------------------------

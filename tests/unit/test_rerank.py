@@ -96,6 +96,16 @@ def test_reorder_rescores_the_first_hits_and_leaves_the_rest_in_order() -> None:
     assert "rerank" not in ranked[0].explain
 
 
+def test_a_reranked_message_keeps_the_lift_of_its_session() -> None:
+    said = {"kind": "message", "session": "s1", "content_at": None, "importance": 0.5,
+            "confidence": 1.0}
+    ranked = rank([Candidate("named", {**said, "content": "the topic"}, keyword=12.0),
+                   Candidate("answer", {**said, "content": "yes"}, dense=0.8)], Recipe(), 0.0)
+    found = {r.candidate.item_id: r for r in reorder(ranked, "q", ByLength(), depth=2)}
+    assert found["answer"].explain["session_factor"] == pytest.approx(1.375)
+    assert found["answer"].score == pytest.approx(1 / 3 * 1.375)
+
+
 def test_a_search_with_a_reranker_shows_its_order_and_without_one_the_fused_order() -> None:
     index = InMemoryVectorIndex()
     for n, (content, vector) in enumerate([("a much longer answer about tea", [1.0, 0.0]),

@@ -52,7 +52,10 @@ class ReadTools(ToolGroup):
             "with each message found, this many turns before and after it"))] = 0,
         audit: Annotated[bool, Field(description=(
             "record what this recall showed and answer with its retrieval_id, for "
-            "feedback (false: an unrecorded lookup)"))] = True) -> Recalled:
+            "feedback (false: an unrecorded lookup)"))] = True,
+        theme: Annotated[UUID | None, Field(description=(
+            "only the memories of this theme (the themes tool gives their ids)"))] = None,
+        ) -> Recalled:
         """Search memories and conversation messages by meaning and by words; best first,
         with their ids (a message also with its session, who said it and when) and the
         retrieval_id to give feedback on."""
@@ -61,7 +64,8 @@ class ReadTools(ToolGroup):
                 "spaces": self._spaces(space), "kinds": kinds or [], "tags": tags or [],
                 "mode": mode, "k": k, "valid_at": valid_at, "as_of_position": as_of_position,
                 "recorded_at": recorded_at, "session_id": session_id, "agent_id": agent_id,
-                "participant": participant, "role": role, "window": window, "audit": audit}
+                "participant": participant, "role": role, "window": window, "audit": audit,
+                "theme": theme}
             answer = await self._search(query, options)
             return answers.recalled(answer)
 

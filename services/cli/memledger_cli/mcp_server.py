@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from memledger_cli.mcp_conversations import ConversationTools
 from memledger_cli.mcp_directory import DirectoryTools
 from memledger_cli.mcp_errors import bad_arguments, failures
+from memledger_cli.mcp_forming import FormingTools
 from memledger_cli.mcp_graph import GraphTools
 from memledger_cli.mcp_prune import PruneTools
 from memledger_cli.mcp_reads import ReadTools
@@ -44,7 +45,9 @@ list_sessions and read_conversation to find one again; link_entity, relate and r
 who and what is connected; what_changed_since with the cursor it returned last time to catch
 up; what_was_true for the past (valid_at: when it was true, as_of_position: what memledger
 knew then); history for how an item came to be; prune (a dry run first) to forget many items
-at once. Resources: memledger://spaces, memledger://spaces/{space}/policy and .../stats."""
+at once; profile for what is believed about a person or agent, themes for what a space's
+memories are about. Resources: memledger://spaces, memledger://spaces/{space}/policy and
+.../stats."""
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -64,6 +67,7 @@ TOOLS: tuple[tuple[type[ToolGroup], ToolAnnotations, tuple[str, ...]], ...] = (
     (DirectoryTools, READ, ("list_spaces", "list_agents")),
     (DirectoryTools, WRITE, ("create_space", "register_agent")),
     (PruneTools, DESTRUCTIVE, ("prune",)),
+    (FormingTools, READ, ("profile", "themes")),
 )
 """Every tool: its group, what it does to memory, its name (the group's method)."""
 

@@ -31,10 +31,12 @@ from memledger_client.results import (
     ItemList,
     Neighbours,
     PolicyHistory,
+    ProfileAnswer,
     SearchAnswer,
     SessionList,
     SpaceList,
     SpaceStats,
+    ThemeList,
     WriteResult,
 )
 from memledger_query.semantic_dto import (
@@ -124,6 +126,8 @@ class SearchOptions(AsOf, total=False):
     weights: Weights | Mapping[str, float]
     explain: bool
     audit: bool
+    theme: UUID | str | None
+    """Only the members of this theme (``themes``)."""
 
 
 class SessionFilters(Consistency, total=False):
@@ -252,6 +256,20 @@ def space_stats(space_id: str, consistency: Consistency) -> Call[SpaceStats]:
     entities, relations)."""
     return _get(f"/v1/spaces/{_seg(space_id)}/stats", SpaceStats.model_validate,
                 dict(consistency))
+
+
+def profile(space_id: str, subject: str, at: AsOf) -> Call[ProfileAnswer]:
+    """What is believed about ``subject`` in the space: the facts and preferences whose triple
+    subject it is."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/profiles/{_seg(subject)}",
+                ProfileAnswer.model_validate, dict(at))
+
+
+def themes(space_id: str, as_of_position: int | None, consistency: Consistency
+           ) -> Call[ThemeList]:
+    """The themes of the space's memories, the largest first."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/themes", ThemeList.model_validate,
+                {**consistency, "as_of_position": as_of_position})
 
 
 def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:

@@ -31,6 +31,7 @@ from memledger_query.dto import (
     SpaceStats,
     SpaceSummary,
 )
+from memledger_query.forming_views import ProfileAnswer, Theme, ThemeList
 from memledger_query.semantic_dto import ContextAnswer as ServerContextAnswer
 from memledger_query.semantic_dto import (
     ContextEntry,
@@ -65,6 +66,7 @@ __all__ = [
     "Neighbours",
     "PolicyHistory",
     "PolicyVersion",
+    "ProfileAnswer",
     "Rectangle",
     "Relation",
     "SearchAnswer",
@@ -74,6 +76,8 @@ __all__ = [
     "SpaceList",
     "SpaceStats",
     "SpaceSummary",
+    "Theme",
+    "ThemeList",
     "Turn",
     "Window",
     "WriteResult",

@@ -36,10 +36,12 @@ from memledger_client.results import (
     ItemList,
     Neighbours,
     PolicyHistory,
+    ProfileAnswer,
     SearchAnswer,
     SessionList,
     SpaceList,
     SpaceStats,
+    ThemeList,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
@@ -175,6 +177,17 @@ class Client(WriteMethods[WriteResult]):
         """Counts of what the space holds: items by kind and status, its most used tags,
         sessions, messages, entities and relations."""
         return self.call(calls.space_stats(space_id, consistency))
+
+    def profile(self, space_id: str, subject: str, **at: Unpack[AsOf]) -> ProfileAnswer:
+        """What is believed about ``subject`` (a person's or agent's name) in the space: the
+        facts and preferences whose triple subject it is, with confidence and sources."""
+        return self.call(calls.profile(space_id, subject, at))
+
+    def themes(self, space_id: str, *, as_of_position: int | None = None,
+               **consistency: Unpack[Consistency]) -> ThemeList:
+        """The themes the space's memories form (a policy's ``theme_cosine`` turns them
+        on), the largest first."""
+        return self.call(calls.themes(space_id, as_of_position, consistency))
 
     def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return self.call(calls.search(query, options))

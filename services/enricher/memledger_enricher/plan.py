@@ -6,8 +6,9 @@ restart, is answered from the first commit instead of being recorded twice).
   (``record_embedding``) and scanned for entity mentions (``record_entities``);
 - every conversation message (any role) is embedded (``record_message_embedding``), so that
   search finds it by meaning;
-- a memory item's content, and what a user says in a conversation, is scanned by the
-  extraction rules (``record_preference``).
+- a memory item's content is scanned by the extraction rules (``record_preference``); what
+  is said in a conversation is read by the extractor (``forming_service``), which derives
+  memory items from it.
 """
 
 import re
@@ -69,8 +70,9 @@ class Source:
 
     @property
     def extracts(self) -> bool:
-        """Whether the extraction rules read it: an item's content, or what a user said."""
-        return self.session_id is None or self.role == "user"
+        """Whether the extraction rules read it here: an item's content. (What is said in a
+        conversation is the extractor's: ``forming_service`` derives memories from it.)"""
+        return self.session_id is None
 
 
 def source_of(document: dict[str, Any]) -> Source | None:

@@ -58,12 +58,15 @@ PERSONAL: dict[str, dict[str, Any]] = {
     "relation.retracted": _REASON,
     "feedback.recorded": {"comment": None},
     "retrieval.performed": {"query": ERASED, "subject": ERASED, "parameters": {}},
+    "theme.formed": {"label": ERASED},
+    "theme.updated": {"label": ERASED},
 }
 """Event type → personal field → what a reader sees once the subject is erased: every field
 a client writes free text into about a subject's memories, messages, sessions, entities and
-relations, and what an audited call asked. (Ids, kinds, types, categories, rule ids, source
-refs, space and agent names and descriptions, and space archive reasons are not sealed: they
-must not hold personal data.)"""
+relations, what an audited call asked, and a theme's label (its members' words). (Ids,
+kinds, types, categories, rule ids, source refs, space and agent names and descriptions,
+space archive reasons and learned importances' reasons are not sealed: they must not hold
+personal data.)"""
 
 
 @dataclass(frozen=True)

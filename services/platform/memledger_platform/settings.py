@@ -140,6 +140,21 @@ class Settings(BaseSettings):
     enricher_reply_timeout_seconds: float = Field(
         default=30.0, gt=0, le=600, description="how long the enricher waits for ingest to "
         "answer a command before it retries")
+    extractor: Literal["off", "rules", "cohere"] = Field(
+        default="rules", description="what forms memories from conversations (facts, "
+        "preferences, entities, relations, session summaries): rules (offline), cohere "
+        "(Cohere's chat API, needs MEMLEDGER_COHERE_API_KEY) or off")
+    cohere_chat_model: str = Field(default="command-a-03-2025", description="Cohere chat "
+                                   "model of the cohere extractor")
+    extractor_summary_every: int = Field(default=50, ge=0, le=10_000, description="turns "
+                                         "of a running session per summary (0: only when "
+                                         "it ends)")
+    extractor_timeout_seconds: float = Field(default=30.0, gt=0, le=600, description="how "
+                                             "long the extractor's model may take to answer")
+    extractor_max_deliveries: int = Field(default=5, ge=1, le=100, description="attempts "
+                                          "at a message the extractor's model keeps failing "
+                                          "on (timeouts, rate limits) before it is "
+                                          "dead-lettered")
     lifecycle_interval_seconds: float = Field(
         default=60.0, ge=0.05, le=86_400, description="how often the lifecycle scheduler "
         "applies the space policies (expiry, retention, decay) and consolidation")
@@ -188,7 +203,8 @@ class Settings(BaseSettings):
                 "with a retryable 503 before the request itself times out")
         if self.master_key is not None:
             _master_bytes(self.master_key)
-        for setting, value in (("EMBEDDER", self.embedder), ("RERANKER", self.reranker)):
+        for setting, value in (("EMBEDDER", self.embedder), ("RERANKER", self.reranker),
+                               ("EXTRACTOR", self.extractor)):
             if value == "cohere" and not self.cohere_api_key:
                 raise ValueError(f"MEMLEDGER_{setting}=cohere needs MEMLEDGER_COHERE_API_KEY")
         return self

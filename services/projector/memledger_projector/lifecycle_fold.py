@@ -339,6 +339,13 @@ def _embedded(f: LifecycleFold, e: Event) -> None:
             f._consolidate(item)
 
 
+def _importance_learned(f: LifecycleFold, e: Event) -> None:
+    # Not on the item's stream either; decay reads the learned importance from now on.
+    item = f.items.get((e.tenant_id, str(e.payload["item_id"])))
+    if item is not None:
+        item.importance = float(e.payload["importance"])
+
+
 _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
     "space.policy_set": _policy_set, "session.started": _session_started,
     "session.ended": _session_ended, "conversation.message_appended": _message,
@@ -349,6 +356,7 @@ _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
     "memory.archived": _item_event(_ended("archived")),
     "memory.promoted": _item_event(_promoted), "memory.embedded": _embedded,
     "memory.merged": _item_event(lambda item, e: None),  # its stream version moves
+    "memory.importance_learned": _importance_learned,
 }
 
 

@@ -1,7 +1,9 @@
 """The lifecycle scheduler: folds the events stream (``lifecycle_fold``) and, once caught
 up, every ``lifecycle_interval_seconds`` sends ingest what the space policies decide at that
 moment (``archive_memory`` with the policy version and reason) and what consolidation found
-(``merge_memories`` or ``suggest_merge``), each under a deterministic idempotency key.
+(``merge_memories`` or ``suggest_merge``), the themes of the spaces that ask for them
+(``record_theme``) and the importance learned from signals (``learn_importance``:
+``forming_fold``), each under a deterministic idempotency key.
 
 It is a client of ingest like the enricher (only ingest writes the event store).
 Its state is rebuilt by folding the stream from the start at every start (a fresh consumer),
@@ -26,6 +28,8 @@ from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
 from memledger_platform.intake_client import IntakeClient, ingest_client
 from memledger_platform.settings import Settings
+from memledger_projector import forming_fold
+from memledger_projector.forming_fold import FormingFold
 from memledger_projector.lifecycle_fold import (
     EVENT_TYPES,
     Archive,
@@ -50,6 +54,8 @@ class Tally:
     archived: int = 0
     merged: int = 0
     suggested: int = 0
+    themes: int = 0
+    learned: int = 0
     refused: int = 0
     ticks: int = 0
 
@@ -65,6 +71,7 @@ class Scheduler:
         self._clock = clock or SystemClock()
         self._open = opener or Opener(None)
         self.fold = LifecycleFold()
+        self.forming = FormingFold()
         self.caught_up = False
         self.tally = Tally()
 
@@ -84,7 +91,8 @@ class Scheduler:
         stream = self._subjects.events_stream
         with contextlib.suppress(NotFoundError):
             await self._js.delete_consumer(stream, DURABLE)
-        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
+        read = dict.fromkeys((*EVENT_TYPES, *forming_fold.EVENT_TYPES))
+        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in read]
         return await self._js.pull_subscribe(
             self._subjects.all_events, durable=DURABLE, stream=stream,
             config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
@@ -93,7 +101,10 @@ class Scheduler:
     def _fold(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
             document = self._open(orjson.loads(msg.data))
-            self.fold.apply(event_from(document), document.get("subject_id"))
+            event = event_from(document)
+            if event.event_type in EVENT_TYPES:
+                self.fold.apply(event, document.get("subject_id"))
+            self.forming.apply(event, document.get("subject_id"))
         # Decide only on the whole log: a policy or a hold further on must not be missed.
         if msgs:
             self.caught_up = msgs[-1].metadata.num_pending == 0
@@ -109,6 +120,10 @@ class Scheduler:
             commands.setdefault(archive.tenant, []).append(_archive(archive))
         for found in self.fold.take_consolidations():
             commands.setdefault(found.tenant, []).append(_consolidation(found))
+        # Themes and importance are what the fold holds now: decided after the archives.
+        for tenant, command in [*self.forming.themes(self.fold),
+                                *self.forming.importance(self.fold)]:
+            commands.setdefault(tenant, []).append(command)
         for tenant, batch in commands.items():
             for start in range(0, len(batch), _SEND):
                 await self._send(tenant, batch[start:start + _SEND])
@@ -135,6 +150,10 @@ class Scheduler:
                 self.tally.merged += 1
             case c.SuggestMerge():
                 self.tally.suggested += 1
+            case c.RecordTheme():
+                self.tally.themes += 1
+            case c.LearnImportance():
+                self.tally.learned += 1
 
 
 def _archive(a: Archive) -> c.ArchiveMemory:

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("6c0b7c4e-61c7-4f0a-9a43-3f1f4b1f3a10")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EVENT_TYPES = ("memory.asserted", "memory.revised", "memory.retracted", "memory.superseded",
-               "memory.archived", "memory.promoted", "memory.embedded", *MESSAGE_EVENTS)
+               "memory.archived", "memory.promoted", "memory.embedded",
+               "memory.importance_learned", *MESSAGE_EVENTS)
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -270,6 +271,8 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, VectorEvent], 
     "memory.asserted": VectorFold._asserted, "memory.revised": VectorFold._revised,
     "memory.retracted": VectorFold._retracted, "memory.superseded": VectorFold._superseded,
     "memory.archived": VectorFold._archived, "memory.promoted": VectorFold._promoted,
+    # Learned importance patches the importance from when it was learned, as a revision would.
+    "memory.importance_learned": VectorFold._revised,
 }
 
 

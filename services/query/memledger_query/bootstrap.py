@@ -25,11 +25,18 @@ from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import Settings
-from memledger_platform.vectorindex.factory import model_slug, open_index
+from memledger_platform.vectorindex.factory import index_slug, open_index
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_projector import schema
 from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import grpc_api, lifecycle_http, rerank, retrieval_http, when
+from memledger_query import (
+    forming_http,
+    grpc_api,
+    lifecycle_http,
+    rerank,
+    retrieval_http,
+    when,
+)
 from memledger_query.http import create_app
 from memledger_query.reader import Reader
 from memledger_query.recorder import IntakeRecorder
@@ -108,7 +115,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
 
     vectors = VectorProjector(settings.subjects, index, embedder.model_id,
                               batch=settings.vector_batch,
-                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                              durable=f"{DURABLE}-{index_slug(embedder.model_id)}",
                               opener=Opener(keyring), on_erased=erased,
                               positions=ConsumerPositions(pool, names.base))
     reader = Reader(pool, names)
@@ -123,6 +130,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
     lifecycle_http.add_routes(app, reader)
+    forming_http.add_routes(app, reader)
     reads = grpc_server.tenant_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, vectors, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,

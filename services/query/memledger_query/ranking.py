@@ -15,10 +15,14 @@ retrieval benchmark, orders the results:
                       * (1 - confidence_weight * (1 - confidence))
                       * (1 + utility_weight * (2 * utility - 1))
                       * (1 + time_weight * nearness)
+                      * (1 + session_weight * session_keyword)
 
 ``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
 said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
-none.
+none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
+same search from its session (its own included), 0 for anything else: a conversation that
+talks about the query's words lifts every turn of it that the search found, so a turn that
+answers by meaning alone ("Adoption agencies.") rises with the session that names the topic.
 
 Learned utility is a Beta(1, 1) estimate of "this item helps" from the item's signals as of the
 search's basis (``feedback.recorded`` and ``memory.reaffirmed`` at or before its position):
@@ -46,6 +50,8 @@ from memledger_query import when
 Mode = Literal["execution", "planning", "brainstorming"]
 
 _DAY = 86_400.0
+MESSAGE = "message"
+"""The kind of a conversation message's hit (the only hits a session lifts)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class Recipe:
     confidence_weight: float = 0.3
     utility_weight: float = 0.3
     """How far learned utility moves a score (0: feedback does not count)."""
+    session_weight: float = 0.5
+    """How far a message moves up with the best keyword match of its session among the
+    candidates (``session_keyword``); 0: a message ranks on its own words alone."""
     duplicate_cosine: float = 0.95
     half_life_days: dict[str, float] = field(default_factory=lambda: {
         "decision": 365.0, "correction": 365.0, "steering_rule": 730.0, "procedure": 365.0,
@@ -161,6 +170,9 @@ class Factors(NamedTuple):
     rerank: float | None = None
     """The reranker's score, which took the fused score's place (``rerank``); None: not
     reranked."""
+    session_keyword: float = 0.0
+    session: float = 1.0
+    """The factor ``session_keyword`` makes."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,7 @@ class Ranked:
             "keyword": round(f.keyword, 6), "relevance": round(self.relevance, 6),
             "fused": round(f.fused, 6), "time_nearness": round(f.nearness, 6),
             "time_factor": round(f.timely, 6),
+            "session_keyword": round(f.session_keyword, 6), "session_factor": round(f.session, 6),
             "age_days": round(f.age_days, 3), "half_life_days": f.half_life_days,
             "decay": round(f.decay, 6), "recency_factor": round(f.recency, 6),
             "importance_factor": round(f.importance, 6),
@@ -198,17 +211,22 @@ def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float,
          periods: tuple[when.Period, ...] = ()) -> list[Ranked]:
     """Every candidate scored, best first (ties broken by item id, so a ranking repeats);
     ``signals``: the feedback of candidates by item id (none: no feedback); ``periods``: the
-    periods the query names (``when.resolve``)."""
+    periods the query names (``when.resolve``). A message's score counts the best keyword
+    match of its session among ``candidates`` (``session_keywords``)."""
     known = signals or {}
-    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS), periods)
-                   for c in candidates), key=lambda r: (-r.score, r.candidate.item_id))
+    sessions = session_keywords(candidates, recipe)
+    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS), periods,
+                         _in(sessions, c)) for c in candidates),
+                  key=lambda r: (-r.score, r.candidate.item_id))
 
 
 def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS,
-          periods: tuple[when.Period, ...] = ()) -> Ranked:
+          periods: tuple[when.Period, ...] = (), session_keyword: float = 0.0) -> Ranked:
+    """``c`` scored; ``session_keyword``: the best keyword match of its session, if a
+    message (``session_keywords``)."""
     dense = max(c.dense or 0.0, 0.0)
     raw_keyword = c.keyword or 0.0
-    keyword = raw_keyword / (raw_keyword + recipe.keyword_half) if raw_keyword > 0 else 0.0
+    keyword = _keyword(raw_keyword, recipe)
     relevance = recipe.dense_weight * dense + recipe.keyword_weight * keyword
     fused = recipe.order_dense_weight * dense + recipe.order_keyword_weight * keyword
     p = c.payload
@@ -222,10 +240,40 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     useful = 1 + recipe.utility_weight * (2 * learned - 1)
     near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0))
     timely = 1 + recipe.time_weight * near
-    final = fused * recency * importance * confidence * useful * timely
+    session = 1 + recipe.session_weight * session_keyword
+    final = fused * recency * importance * confidence * useful * timely * session
     return Ranked(c, relevance, final, Factors(
         dense, raw_keyword, keyword, age_days, half_life, decay, recency, importance,
-        confidence, signals, learned, useful, fused, near, timely))
+        confidence, signals, learned, useful, fused, near, timely,
+        session_keyword=session_keyword, session=session))
+
+
+def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[str, float]:
+    """The best ``keyword`` of each session among the messages of ``candidates`` (none when
+    ``session_weight`` is 0)."""
+    best: dict[str, float] = {}
+    if recipe.session_weight <= 0:
+        return best
+    for c in candidates:
+        session = _session_of(c)
+        if session is not None and c.keyword:
+            best[session] = max(best.get(session, 0.0), _keyword(c.keyword, recipe))
+    return best
+
+
+def _keyword(raw: float, recipe: Recipe) -> float:
+    """BM25 mapped to 0..1: ``keyword_half`` counts as half relevant."""
+    return raw / (raw + recipe.keyword_half) if raw > 0 else 0.0
+
+
+def _in(sessions: Mapping[str, float], c: Candidate) -> float:
+    session = _session_of(c)
+    return 0.0 if session is None else sessions.get(session, 0.0)
+
+
+def _session_of(c: Candidate) -> str | None:
+    session = c.payload.get("session")
+    return str(session) if c.payload.get("kind") == MESSAGE and session is not None else None
 
 
 def _explain_signals(signals: Signals) -> dict[str, float]:

@@ -78,6 +78,8 @@ class SearchRequest(TimeTravel):
                                            "(or any of these; finds messages only)")
     window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="with each message hit, "
                         "this many turns before and after it in its session")
+    theme: UUID | None = Field(default=None, description="only the members of this theme "
+                               "(GET /v1/spaces/{space_id}/themes), as of the basis")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     subject: str | None = Field(default=None, max_length=512)
     mode: Mode = "planning"
@@ -195,6 +197,8 @@ class ContextShares(Strict):
                                "the space's other sessions")
     preferences: int = Field(default=300, ge=0)
     history: int = Field(default=1_500, ge=0)
+    themes: int = Field(default=0, ge=0, description="the space's themes; by default only "
+                        "what the other sections leave unused")
 
 
 class ContextRequest(TimeTravel):

@@ -26,6 +26,7 @@ from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query import context as packing
 from memledger_query import (
     context_views,
+    forming_context,
     message_views,
     retrievals,
     signal_views,
@@ -35,6 +36,7 @@ from memledger_query import (
     when,
 )
 from memledger_query.dto import Basis
+from memledger_query.forming_http import theme_members
 from memledger_query.http import Problem, Tenant, _json, principal, within_head
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
@@ -256,8 +258,10 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.embed_query(body.query)
     named = _named(body.query, at, recipe, periods)
+    members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
     found = semantic_search(semantic.index, vector, body.query,
-                            _layers(tenant, body, at, body.k or mode.k, granted), recipe,
+                            _layers(tenant, body, at, body.k or mode.k, granted, members),
+                            recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
                             signals=_signals(semantic, tenant, at, recipe, signalled),
@@ -302,8 +306,8 @@ def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signall
     return lambda ids: semantic.reader.run(signal_views.signals, tenant, ids, at.position)
 
 
-def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str]
-            ) -> list[Layer]:
+def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str],
+            members: tuple[str, ...] = ()) -> list[Layer]:
     """Session memory is found only by naming its session: never in a project's or the
     ecosystem's results unless promoted (``memory.promoted``). Messages are found with the
     project's memory (layer "conversation"), and by naming their session."""
@@ -313,7 +317,8 @@ def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequen
                      else (at.position if body.recorded_at is not None else None),
                      spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
                      session=None if session is None else str(session), agent=body.agent_id,
-                     layers=layers, roles=body.roles, participant=body.participant)
+                     layers=layers, roles=body.roles, participant=body.participant,
+                     items=members)
 
     if body.scope == "filtered":
         layers = () if body.session_id is not None else ("project", CONVERSATION, "ecosystem")
@@ -382,7 +387,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     history = [e for e in reads["history"] if e.ref not in shown]
     sections = packing.pack({"session": reads["session"], "memories": memories,
                              "conversations": earlier, "preferences": reads["preferences"],
-                             "history": history},
+                             "history": history, "themes": reads["themes"]},
                             body.budget_tokens, body.shares.model_dump())
     return ContextAnswer(
         basis=at, budget_tokens=body.budget_tokens,
@@ -420,8 +425,10 @@ def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Bas
         rules, steering.candidates(conn, s, tenant, space, at))
                    + [packing.Entry(f"- {p.category}: {p.value}", p.source_item_id,
                                     p.confidence) for p in extracted])
+    profiles = forming_context.profile_entries(conn, s, tenant, space, at)
     history = [packing.Entry(f"- [{i.kind}] {i.content}", i.item_id)
                for i in context_views.recent_items(conn, s, tenant, space, at)
                if i.kind not in ("preference", "steering_rule")]
-    return {"session": turns, "preferences": preferences, "history": history,
+    return {"session": turns, "preferences": preferences + profiles, "history": history,
+            "themes": forming_context.theme_entries(conn, s, tenant, space, at),
             "last_user_message": last_user}

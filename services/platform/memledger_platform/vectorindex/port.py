@@ -93,6 +93,8 @@ class Scope:
     """Message roles, any of (items have none: a role filter finds messages only)."""
     participant: str | None = None
     """Who said it (items have no participant: this finds messages only)."""
+    items: tuple[str, ...] = ()
+    """Only these items (a theme's members), any of; empty: every item."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,8 @@ def conditions(scope: Scope) -> list[Condition]:
     if scope.position is not None:
         found.append(Condition("sys_from", "lte", position))
     for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags),
-                        ("layer", scope.layers), ("role", scope.roles)):
+                        ("layer", scope.layers), ("role", scope.roles),
+                        ("item_id", scope.items)):
         if values:
             found.append(Condition(key, "any", list(values)))
     for key, value in (("session", scope.session), ("agent", scope.agent),
@@ -292,6 +295,7 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (not scope.layers or payload.get("layer") in scope.layers)
             and (not scope.roles or payload.get("role") in scope.roles)
             and (scope.participant is None or payload.get("participant") == scope.participant)
+            and (not scope.items or payload["item_id"] in scope.items)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
             and payload["sys_from"] <= position < payload["sys_to"]
             and position < payload.get("archived_from", OPEN))
