@@ -7,7 +7,9 @@ paused (``enricher_paused``); then NATS intake, and beside them the raw engines:
 JetStream publishes of the same payload size, and batched PostgreSQL inserts of the same rows
 from as many clients and for as long as the batch phase. For each write phase, the CPU each of
 the server's processes used from the phase's start until the relay had published its last
-event, per fact acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``).
+event, per fact acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``), and
+how many events were committed meanwhile per fact (``events_per_fact_…``: above 1 while the
+enricher records embeddings).
 """
 
 import argparse
@@ -15,6 +17,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -80,34 +83,53 @@ async def _write_phases(http: aiohttp.ClientSession, server: Server, args: argpa
                         steps: Steps, label: str) -> dict[str, Any]:
     """The batch phase, then the single-write phase; their figures."""
     steps.step(f"HTTP batch writes for {args.seconds:g}s ({label})")
-    (batched, batch_s), batch_cpu, batch_catchup = await _costed(
-        server, lambda: _batch_phase(http, args))
+    (batched, batch_s), batch_cost = await _costed(http, server, lambda: _batch_phase(http, args))
     steps.step(f"single writes, {args.clients} clients, {args.seconds:g}s ({label})")
-    (single, single_s, latencies), single_cpu, catchup = await _costed(
-        server, lambda: _single_phase(http, args))
+    (single, single_s, latencies), single_cost = await _costed(
+        http, server, lambda: _single_phase(http, args))
     return {
         "facts_per_s_batch": round(batched / batch_s, 1),
         "facts_per_s_single": round(single / single_s, 1),
         "ack_p50_ms": round(percentile(latencies, 50), 2),
         "ack_p99_ms": round(percentile(latencies, 99), 2),
-        "relay_catchup_s_after_batch": round(batch_catchup, 2),
-        "relay_catchup_s_after_single": round(catchup, 2),
-        "cpu_ms_per_fact_batch": cpu.per_fact_ms(batch_cpu, batched),
-        "cpu_ms_per_fact_single": cpu.per_fact_ms(single_cpu, single),
+        "relay_catchup_s_after_batch": round(batch_cost.catchup, 2),
+        "relay_catchup_s_after_single": round(single_cost.catchup, 2),
+        "events_per_fact_batch": round(batch_cost.events / max(batched, 1), 3),
+        "events_per_fact_single": round(single_cost.events / max(single, 1), 3),
+        "cpu_ms_per_fact_batch": cpu.per_fact_ms(batch_cost.seconds, batched),
+        "cpu_ms_per_fact_single": cpu.per_fact_ms(single_cost.seconds, single),
     }
 
 
 T = TypeVar("T")
 
 
-async def _costed(server: Server, phase: Callable[[], Awaitable[T]]
-                     ) -> tuple[T, dict[str, float], float]:
-    """The phase's outcome, the CPU seconds each role of the server used from its start until
-    the relay had published everything, and how long that catch-up took."""
-    before = cpu.snapshot(server.pid)
+@dataclass(frozen=True)
+class _Cost:
+    """What a phase cost, from its start until the relay had published everything."""
+
+    seconds: dict[str, float]
+    """CPU seconds by role."""
+    events: int
+    """Events committed meanwhile: the phase's, and those others wrote (the enricher's)."""
+    catchup: float
+    """Seconds from the phase's end until the relay had published everything."""
+
+
+async def _costed(http: aiohttp.ClientSession, server: Server,
+                  phase: Callable[[], Awaitable[T]]) -> tuple[T, _Cost]:
+    """The phase's outcome, and what it cost."""
+    before, start = cpu.snapshot(server.pid), await _position(http)
     outcome = await phase()
     catchup = await asyncio.to_thread(wait_relayed, server.url)
-    return outcome, cpu.used(before, cpu.snapshot(server.pid)), catchup
+    seconds = cpu.used(before, cpu.snapshot(server.pid))
+    return outcome, _Cost(seconds, await _position(http) - start, catchup)
+
+
+async def _position(http: aiohttp.ClientSession) -> int:
+    async with http.get("/health") as response:
+        position: int = (await response.json(loads=orjson.loads))["position"]
+        return position
 
 
 async def _post(http: aiohttp.ClientSession, path: str, body: Any) -> dict[str, Any]:
