@@ -107,6 +107,22 @@ def wait_relayed(url: str, timeout: float = 120.0) -> float:
     raise RuntimeError(f"relay still {health['relay_lag']} events behind after {timeout}s")
 
 
+def wait_projected(url: str, timeout: float = 300.0, quiet: float = 1.0) -> float:
+    """Seconds until the read models have everything committed and nothing more is committed
+    for ``quiet`` seconds (the enricher's embeddings are commits too: its work is then done)."""
+    start, last, since = time.monotonic(), -1, time.monotonic()
+    while time.monotonic() - start < timeout:
+        committed = int(httpx.get(f"{url}/health", timeout=5).json()["position"])
+        projected = httpx.get(f"{url}/v1/query/health", timeout=5).json()["projected_position"]
+        if committed != last:
+            last, since = committed, time.monotonic()
+        elif projected is not None and int(projected) >= committed and (
+                time.monotonic() - since) >= quiet:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise RuntimeError(f"the read models were still behind position {last} after {timeout}s")
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """The ``p``-th percentile (nearest rank) of ``values``."""
     if not values:

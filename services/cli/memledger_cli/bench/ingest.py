@@ -6,8 +6,9 @@ running (embedding what is written, on the same cores: the headline figures) and
 paused (``enricher_paused``); then NATS intake, and beside them the raw engines: async
 JetStream publishes of the same payload size, and batched PostgreSQL inserts of the same rows
 from as many clients and for as long as the batch phase. For each write phase, the CPU each of
-the server's processes used from the phase's start until the relay had published its last
-event, per fact acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``), and
+the server's processes used from the phase's start until the read models had everything
+committed and commits had stopped (the enricher's embeddings of the phase included), per fact
+acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``), and
 how many events were committed meanwhile per fact (``events_per_fact_…``: above 1 while the
 enricher records embeddings).
 """
@@ -32,6 +33,7 @@ from memledger_cli.bench.common import (
     measured,
     percentile,
     private_server,
+    wait_projected,
     wait_relayed,
 )
 from memledger_cli.bench.ingest_raw import SPACE, fact, raw_jetstream, raw_postgres
@@ -106,7 +108,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Cost:
-    """What a phase cost, from its start until the relay had published everything."""
+    """What a phase cost, from its start until the read models had everything and commits
+    had stopped (the enricher's embeddings are commits)."""
 
     seconds: dict[str, float]
     """CPU seconds by role."""
@@ -122,6 +125,7 @@ async def _costed(http: aiohttp.ClientSession, server: Server,
     before, start = cpu.snapshot(server.pid), await _position(http)
     outcome = await phase()
     catchup = await asyncio.to_thread(wait_relayed, server.url)
+    await asyncio.to_thread(wait_projected, server.url, 600.0)
     seconds = cpu.used(before, cpu.snapshot(server.pid))
     return outcome, _Cost(seconds, await _position(http) - start, catchup)
 
