@@ -167,7 +167,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
     # victim's data holds.
     tag = uuid.uuid4().hex[:8]
     ids.update(entity_id=f"ent-{tag}", other_entity_id=f"ent2-{tag}",
-               subject_id=f"person-{tag}", agent_id=f"agent-{tag}")
+               subject_id=f"person-{tag}", agent_id=f"agent-{tag}", subject=f"who-{tag}")
     item, other, old = (uuid.UUID(ids[k]) for k in ("item_id", "other_item_id", "old_item_id"))
     session = uuid.UUID(ids["session_id"])
     return [
@@ -181,7 +181,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
                          content=f"said {m} zebra", participant=f"participant-{m}")],
         [c.AssertMemory(space_id=s, item_id=item, kind="fact", content=f"fact {m} umbrella",
                         tags=(f"tag-{m}",), subject_id=ids["subject_id"],
-                        triple=Triple(subject=f"subj-{m}", predicate="likes",
+                        triple=Triple(subject=ids["subject"], predicate="likes",
                                       object=f"obj-{m}"), agent_id=ids["agent_id"]),
          c.AssertMemory(space_id=s, item_id=other, kind="preference",
                         content=f"other {m} umbrella"),
@@ -194,10 +194,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
                         reason=f"reason {m}"),
          c.SupersedeMemory(space_id=s, item_id=old, superseded_by=item, reason=f"newer {m}"),
          c.SuggestMerge(space_id=s, item_id=other, similar_to=item, similarity=0.97,
-                        policy_version=1),
-         c.RecordTheme(space_id=s, theme_id=uuid.uuid5(uuid.NAMESPACE_URL, f"theme-{m}"),
-                       label=f"umbrella {m}", members=(item, other), size=2, threshold=0.8,
-                       policy_version=1)],
+                        policy_version=1)],
         [c.UpsertEntity(space_id=s, entity_id=ids["entity_id"], name=f"Name {m}",
                         type="person", aliases=(f"alias-{m}",)),
          c.UpsertEntity(space_id=s, entity_id=ids["other_entity_id"], name=f"Other {m}",
@@ -210,7 +207,9 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
          c.RecordPreference(space_id=s, source_item_id=item, rule_id=f"rule-{m}",
                             category="food", value=f"preference {m}", confidence=0.9),
          c.RecordEntities(space_id=s, item_id=item, item_version=1, extractor="rules",
-                          entities=(ExtractedEntity(name=f"Name {m}", type="person"),))],
+                          entities=(ExtractedEntity(name=f"Name {m}", type="person"),)),
+         c.RecordTheme(space_id=s, theme_id=uuid.uuid4(), label=f"theme {m}",
+                       members=(item, other), size=2, threshold=0.8, policy_version=1)],
     ]
 
 
@@ -285,5 +284,4 @@ def fill_of(owned: Owned) -> dict[str, Any]:
             "superseded_by": ids["other_item_id"], "similar_to": ids["other_item_id"],
             "merged_item_ids": [ids["other_item_id"]], "source_item_id": ids["item_id"],
             "source_entity": ids["entity_id"], "target_entity": ids["other_entity_id"],
-            "query": "umbrella", "threshold": 0, "cursor": owned.cursor,
-            "subject": f"subj-{owned.marker}"}  # a profile's: the victim's triple subject
+            "query": "umbrella", "threshold": 0, "cursor": owned.cursor}
