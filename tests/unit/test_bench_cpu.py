@@ -21,6 +21,7 @@ from memledger_cli.bench.ingest_raw import stored_event_bytes
     ("/v/pginstall/bin/postgres -D /tmp/memledger-bench-x/postgres/pgdata", "postgres"),
     ("/v/bin/nats-server -c /tmp/memledger-bench-x/nats/nats.conf", "nats"),
     ("/bin/sh -c true", "other"),
+    ("/v/bin/python -m pytest tests/test_eventstore_postgres.py", "other"),
 ])
 def test_each_process_of_a_server_is_named_by_its_command_line(cmdline: str, role: str) -> None:
     assert cpu.role_of(cmdline) == role

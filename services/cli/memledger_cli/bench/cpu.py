@@ -20,16 +20,21 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("enricher", ("memledger_cli enricher", "memledger_enricher")),
     ("lifecycle", ("memledger_cli lifecycle", "memledger_lifecycle")),
     ("vectors", ("memledger_cli vectors", "vectorindex.process", "memledger_vectors")),
-    ("postgres", ("postgres",)),
-    ("nats", ("nats-server",)),
     ("ingest", ("memledger_cli up", "memledger_cli ingest", "memledger up")),
 )
 """Each role and what its command line holds (the first match wins): ``ingest`` is the
 ``memledger up`` process itself, which also serves queries and feeds the vector index."""
 
+ENGINES = {"postgres": "postgres", "postgres:": "postgres", "nats-server": "nats"}
+"""The engines, by their program's name (a PostgreSQL backend names itself ``postgres:``)."""
+
 
 def role_of(cmdline: str) -> str:
-    """The role of a process of a private server, from its command line."""
+    """The role of a process of a private server, from its command line (an engine by its
+    program alone: a path naming it in an argument does not make a process one)."""
+    program = Path(cmdline.split(" ", 1)[0]).name
+    if program in ENGINES:
+        return ENGINES[program]
     for role, marks in ROLES:
         if any(mark in cmdline for mark in marks):
             return role
