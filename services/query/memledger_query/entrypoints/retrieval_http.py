@@ -10,7 +10,7 @@ not found.
 
 import asyncio
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from memledger_platform.auth import Principal
@@ -52,11 +52,6 @@ def router(semantic: Semantic) -> APIRouter:
         return json_answer(await replayed(semantic, who.tenant, record))
 
     return routes
-
-
-def add_routes(app: FastAPI, semantic: Semantic) -> None:
-    """``router(semantic)`` on ``app``."""
-    app.include_router(router(semantic))
 
 
 async def recorded(reader: Reader, who: Principal, retrieval_id: str, wait: Visible

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from fastapi import APIRouter, FastAPI, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from memledger_platform.auth import Denied, Principal, require
@@ -43,7 +43,14 @@ from memledger_query.core.index_progress import Progress
 from memledger_query.core.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_query.core.recorder import NoRecorder, Recorder
-from memledger_query.core.semantic import Layer, Periods, QueryVector, Rerank, SignalLookup
+from memledger_query.core.semantic import (
+    Layer,
+    Periods,
+    QueryVector,
+    Refinements,
+    Rerank,
+    SignalLookup,
+)
 from memledger_query.core.semantic import search as semantic_search
 from memledger_query.entrypoints import api
 from memledger_query.entrypoints.api import (
@@ -156,11 +163,6 @@ def router(semantic: Semantic) -> APIRouter:
                                             semantic.run, who, as_of_position, wait_ms)
 
     return routes
-
-
-def add_routes(app: FastAPI, semantic: Semantic) -> None:
-    """``router(semantic)`` on ``app``."""
-    app.include_router(router(semantic))
 
 
 async def answer_search(semantic: Semantic, tenant: str, actor: str, body: SearchRequest,
@@ -291,11 +293,11 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted, members),
-                            recipe,
-                            threshold=threshold, now=at.valid_at.timestamp(),
-                            subject=body.subject,
-                            signals=_signals(semantic, tenant, at, recipe, signalled),
-                            periods=named, rerank=semantic.rerank)
+                            recipe, threshold=threshold, now=at.valid_at.timestamp(),
+                            refine=Refinements(
+                                subject=body.subject,
+                                signals=_signals(semantic, tenant, at, recipe, signalled),
+                                periods=named, rerank=semantic.rerank))
     ranked = [r for layer in found for r in layer.hits]
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
     hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
