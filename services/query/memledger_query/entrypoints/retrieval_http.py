@@ -8,23 +8,21 @@ whole tenant if it read them all. Another tenant's retrieval, or one the key may
 not found.
 """
 
-import asyncio
-
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from memledger_platform.auth import Principal
 from memledger_query.core import retrievals
-from memledger_query.core.reader import NotYetVisible, Reader
+from memledger_query.core.reader import Reader
 from memledger_query.core.retrieval_views import retrieval
 from memledger_query.entrypoints import api
 from memledger_query.entrypoints.api import (
-    RETRY_AFTER_SECONDS,
     Caller,
     Problem,
     Visible,
     Wait,
     json_answer,
+    read_visible,
     uuid_of,
 )
 from memledger_query.entrypoints.semantic_http import (
@@ -59,13 +57,7 @@ async def recorded(reader: Reader, who: Principal, retrieval_id: str, wait: Visi
     """The retrieval ``who`` may read (404 for another tenant's, or one naming a space the
     key may not read)."""
     ident = uuid_of(retrieval_id, "path.retrieval_id")
-    try:
-        await reader.wait_for(wait.min_position, wait.wait_ms)
-    except NotYetVisible as late:
-        raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                      projected_position=late.reached,
-                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
-    found = await asyncio.to_thread(reader.run, retrieval, who.tenant, ident)
+    found = await read_visible(reader, wait, retrieval, who.tenant, ident)
     if found is None or not _may_read(who, found.spaces):
         raise Problem(404, "not_found", f"retrieval {ident} not found")
     return found
