@@ -175,7 +175,7 @@ class At:
 
 
 @dataclass(frozen=True)
-class TimeTravel:
+class TimeQuery:
     """The basis a read asks for: valid time (default now) and system time (a position or a
     timestamp; default everything projected so far)."""
 
@@ -188,7 +188,7 @@ class TimeTravel:
 
 
 Wait = Annotated[Visible, Depends()]
-Travel = Annotated[TimeTravel, Depends()]
+Travel = Annotated[TimeQuery, Depends()]
 
 
 def needs(min_position: int | None, as_of_position: int | None) -> int | None:
