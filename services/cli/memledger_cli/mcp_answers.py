@@ -17,6 +17,7 @@ from memledger_client.results import (
     SearchHit,
     WriteResult,
 )
+from memledger_schemas.event_types import EventType
 
 
 class Answer(BaseModel):
@@ -150,8 +151,8 @@ def context(answer: ContextAnswer) -> Context:
                    query=answer.query)
 
 
-ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted",
-                        "conversation.message_embedded"})
+ENRICHMENT = frozenset({EventType.MEMORY_EMBEDDED, EventType.ENTITIES_EXTRACTED,
+                        EventType.MESSAGE_EMBEDDED})
 """Bookkeeping of the enricher (vectors, mentions): left out of what an agent is shown."""
 
 

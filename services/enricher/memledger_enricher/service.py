@@ -14,7 +14,6 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-import orjson
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -24,6 +23,7 @@ from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import Embedder, Vector
+from memledger_platform.events import decode
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
@@ -132,7 +132,7 @@ class Enricher:
 
 def _source(msg: Msg, opener: Opener) -> Source | None:
     try:
-        return source_of(opener(orjson.loads(msg.data)))
+        return source_of(decode(msg.data, opener=opener))
     except (ValueError, KeyError, TypeError) as error:
         # Undecodable here means the projector dead-letters it too; enrichment skips it.
         with logs.bound_event(msg.headers, msg.data):

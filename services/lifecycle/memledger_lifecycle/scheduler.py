@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-import orjson
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -30,8 +29,8 @@ from memledger_lifecycle.fold import (
 from memledger_platform import bus
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
+from memledger_platform.events import decode
 from memledger_platform.intake_client import IntakeClient
-from memledger_platform.readmodel.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 
@@ -91,8 +90,7 @@ class Scheduler:
 
     def _fold(self, msgs: Sequence[Msg]) -> None:
         for msg in msgs:
-            document = self._open(orjson.loads(msg.data))
-            self.fold.apply(event_from(document), document.get("subject_id"))
+            self.fold.apply(decode(msg.data, opener=self._open))
         # Decide only on the whole log: a policy or a hold further on must not be missed.
         if msgs:
             self.caught_up = msgs[-1].metadata.num_pending == 0

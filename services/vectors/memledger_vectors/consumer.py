@@ -23,8 +23,10 @@ from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
+from memledger_platform.events import decode
 from memledger_platform.vectorindex.factory import VECTORS_DURABLE
 from memledger_platform.vectorindex.port import IndexReopened, VectorIndex
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
     HDR_DLQ_SUBJECT,
@@ -32,7 +34,7 @@ from memledger_schemas.subjects import (
     HDR_POSITION,
     Subjects,
 )
-from memledger_vectors.fold import EVENT_TYPES, VectorFold, vector_event
+from memledger_vectors.fold import EVENT_TYPES, VectorFold
 
 log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
@@ -201,7 +203,7 @@ class VectorProjector:
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         for msg in msgs:
-            if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
+            if (msg.headers or {}).get(HDR_EVENT_TYPE) == EventType.SUBJECT_ERASED:
                 await self._write_pending(msgs)
                 await self._erase(msg)
             else:
@@ -256,7 +258,7 @@ class VectorProjector:
                 self._fold.position = max(self._fold.position, int(headers[HDR_POSITION]))
             return
         try:
-            self._fold.apply(vector_event(self._open(orjson.loads(msg.data))))
+            self._fold.apply(decode(msg.data, opener=self._open))
         except (ValueError, KeyError, TypeError) as error:
             await self._dead_letter(msg, f"vector fold: {error!r}")
 

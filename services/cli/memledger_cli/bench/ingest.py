@@ -26,6 +26,7 @@ from memledger_cli.bench.common import (
     private_server,
     wait_relayed,
 )
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
 SPACE = "bench"
@@ -171,7 +172,7 @@ async def _raw_jetstream(nats_url: str, count: int) -> float:
 
 def _stored_event_bytes(i: int) -> bytes:
     # About the size of a stored memory.asserted envelope.
-    envelope = {"event_id": str(uuid.uuid4()), "event_type": "memory.asserted",
+    envelope = {"event_id": str(uuid.uuid4()), "event_type": EventType.MEMORY_ASSERTED,
                 "schema_version": 1, "stream_id": str(uuid.uuid4()), "stream_version": 1,
                 "tenant_id": "default", "space_id": SPACE, "actor": "http",
                 "payload": {"item_id": str(uuid.uuid4()), **_fact(i, 0)}}
@@ -194,7 +195,7 @@ def _raw_postgres(dsn: str, args: argparse.Namespace) -> float:
             with conn.transaction():
                 conn.execute("INSERT INTO bench_raw (id, version, topic, state) SELECT * FROM "
                              "unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])",
-                             (ids, [1] * rows, ["memory.asserted"] * rows, payloads))
+                             (ids, [1] * rows, [EventType.MEMORY_ASSERTED] * rows, payloads))
             inserted += rows
         elapsed = time.monotonic() - start
         conn.execute("DROP TABLE bench_raw")

@@ -27,6 +27,7 @@ from memledger_cli.bench import corpus
 from memledger_cli.bench.common import percentile
 from memledger_cli.bench.load import post
 from memledger_cli.bench.settle import wait_quiet
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_POSITION, Subjects
 
 POLL_S = 0.05
@@ -56,7 +57,7 @@ async def watching(nats_url: str, space: str) -> Any:
     """Embedding events of ``space`` (tenant ``default``) while the block runs."""
     nc = await nats.connect(nats_url)
     embeddings = Embeddings()
-    await nc.subscribe(Subjects().event("default", space, "memory.embedded"),
+    await nc.subscribe(Subjects().event("default", space, EventType.MEMORY_EMBEDDED),
                        cb=embeddings.on_event)
     try:
         yield embeddings

@@ -25,10 +25,11 @@ from nats.js.errors import NotFoundError
 from memledger_platform import logs, receipts, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
+from memledger_platform.events import VECTOR, Event, decode
 from memledger_platform.readmodel.checkpoint import Checkpoint, read_checkpoint
-from memledger_platform.readmodel.projection import Event, event_from, unread_dropped
 from memledger_platform.readmodel.schema import Names, kept_versions, live_version
 from memledger_projector.core import erasure, store
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, HDR_EVENT_TYPE, Subjects
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class Projector:
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         start = 0
         for index, msg in enumerate(msgs):
-            if (msg.headers or {}).get(HDR_EVENT_TYPE) == "subject.erased":
+            if (msg.headers or {}).get(HDR_EVENT_TYPE) == EventType.SUBJECT_ERASED:
                 await self._handle(msgs[start:index])
                 await self._scrub(msg)
                 start = index
@@ -197,7 +198,7 @@ class Projector:
         events, good = [], []
         for msg in msgs:
             try:
-                events.append(event_from(self._open(unread_dropped(orjson.loads(msg.data)))))
+                events.append(decode(msg.data, opener=self._open, skip=VECTOR))
                 good.append(msg)
             except (ValueError, KeyError, TypeError) as error:
                 await self._dead_letter(msg, f"undecodable event: {error!r}")
