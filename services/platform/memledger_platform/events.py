@@ -9,9 +9,8 @@ and upcasts the payload to the current version of its event type with the regist
 """
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -31,10 +30,11 @@ VECTOR = ("vector",)
 """What the relational read models never read: an embedding's vector (``skip=VECTOR``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One committed event as every reader sees it: envelope fields decoded, sealed fields
-    opened, the payload at its event type's current ``schema_version``."""
+    opened, the payload at its event type's current ``schema_version``. Immutable; a named
+    tuple because it is made for every event of a rebuild (a frozen dataclass took ten times
+    as long to build)."""
 
     position: int
     recorded_at: datetime
