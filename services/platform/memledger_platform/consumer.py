@@ -12,7 +12,8 @@ The policy, per fetched batch (``Batch``):
   ``nak_delay``, to come back later;
 - the handler raises ``Poison``        → its unsettled messages are dead-lettered with the reason
   and terminated (a handler dead-letters one message of a batch with ``Batch.dead_letter``);
-- a batch that skips messages (ordered) → ``OutOfOrder``: resubscribe from the handler's position;
+- a batch that skips messages (ordered, unfiltered) → ``OutOfOrder``: resubscribe from the
+  handler's position;
 - the handler raises ``Resubscribe``   → resubscribe from the handler's position;
 - anything else                         → logged, and resubscribed after a growing delay.
 
@@ -78,7 +79,7 @@ class Subscription:
     """Default: ``batch`` (ordered) or ``batch`` per in-flight batch and one more."""
     ordered: bool = True
     """Messages are handled in stream order: one batch at a time, transient failures retried
-    in place, a batch that skips messages resubscribes."""
+    in place, a batch that skips messages resubscribes (without ``filter_subjects``)."""
     in_flight: int = 1
     """Unordered: how many batches are handled at once."""
     each: bool = False
@@ -292,7 +293,8 @@ class Consumer:
 
     async def _ordered(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         first = msgs[0].metadata.sequence.stream
-        if self._next_seq and first > self._next_seq:
+        # (A filtered consumer skips the stream's other messages: no gap tells it anything.)
+        if self._next_seq and not self._spec.filter_subjects and first > self._next_seq:
             raise OutOfOrder(f"stream sequence {first} follows {self._next_seq - 1}")
         for batch in self._batches(msgs):
             if stop.is_set():
