@@ -19,10 +19,27 @@ from memledger_platform.eventstore.postgres import PostgresEventStore, datastore
 from memledger_schemas.subjects import Subjects
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``faults`` (the full fault suite, the longer fuzzing and the largest
+    bodies) run only when selected (``make test-faults``: ``pytest -m faults``)."""
+    if "faults" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="the longer runs are `make test-faults`")
+    for item in items:
+        if item.get_closest_marker("faults") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+def engines_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's engines keep their files (JetStream's under ``nats/jetstream``)."""
+    return tmp_path_factory.mktemp("engines")
+
+
+@pytest.fixture(scope="session")
+def engines(engines_home: Path) -> Iterator[Endpoints]:
     """Real embedded PostgreSQL and NATS for the whole session."""
-    home: Path = tmp_path_factory.mktemp("engines")
+    home = engines_home
     postgres, nats = EmbeddedPostgres(home / "postgres"), EmbeddedNats(home)
     try:
         yield Endpoints(postgres.start().dsn, nats.start())

@@ -5,6 +5,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import orjson
+
 T = TypeVar("T")
 
 
@@ -30,3 +32,14 @@ def eventually_sync(check: Callable[[], T], timeout: float = 10.0, interval: flo
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
+
+
+def large_batch(size: int, space: str, content: int = 65_536) -> bytes:
+    """A batch body of memories of ``content`` characters in ``space``, ``size`` bytes to the
+    byte: as many commands as fit, then JSON whitespace."""
+    command = {"command": "assert_memory", "space_id": space, "kind": "fact",
+               "content": "x" * content}
+    one = len(orjson.dumps(command)) + 1
+    body = orjson.dumps({"commands": [command] * ((size - 64) // one)})
+    assert len(body) <= size
+    return body + b" " * (size - len(body))

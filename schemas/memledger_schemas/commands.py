@@ -19,10 +19,13 @@ from pydantic import (
 )
 
 from memledger_schemas.events import (
+    MAX_THEME_MEMBERS,
     Cardinality,
     Consolidation,
+    Derivation,
     EntityRef,
     ExtractedEntity,
+    ImportanceSignals,
     Layer,
     Member,
     MemoryKind,
@@ -181,6 +184,10 @@ class SetSpacePolicy(CommandBase):
     merge_cosine: float = Field(default=0.92, gt=0.0, le=1.0)
     audit_retrievals: bool = False
     members: tuple[Member, ...] = ()
+    theme_cosine: float | None = Field(default=None, gt=0.0, le=1.0, description="group the "
+                                       "space's memories into themes whose members are at "
+                                       "least this similar (cosine) to the theme's centre; "
+                                       "null: no themes")
 
 
 class ArchiveSpace(CommandBase):
@@ -485,6 +492,48 @@ class RecordPreference(Learned):
     confidence: Unit
 
 
+class DeriveMemory(AssertMemory, Learned):
+    """A memory item an enricher derived from messages or items (a fact, a preference, a
+    session's summary): asserted like any other (belief revision, decay, search), with its
+    ``sources`` and its ``derivation`` (extractor and prompt version). Its ``item_id`` is
+    derived from the sources too, so deriving it again names the same item."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/derived-memories"
+    command: Literal["derive_memory"] = "derive_memory"  # type: ignore[assignment]
+    item_id: UUID
+    sources: tuple[SourceRef, ...] = Field(min_length=1, max_length=32, description=CLEAR)
+    derivation: Derivation
+
+
+class RecordTheme(CommandBase):
+    """A theme the lifecycle scheduler found in a space's memories (formed, or changed: with
+    no members, dissolved). Its label is sealed under the data subjects of its members."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/themes"
+    command: Literal["record_theme"] = "record_theme"
+    space_id: SpaceId
+    theme_id: UUID
+    label: ShortText
+    members: tuple[UUID, ...] = Field(default=(), max_length=MAX_THEME_MEMBERS)
+    size: int = Field(ge=0)
+    threshold: float = Field(gt=0.0, le=1.0)
+    policy_version: int = Field(ge=1)
+
+
+class LearnImportance(CommandBase):
+    """An item's importance as the lifecycle scheduler learned it from its signals (the
+    importance it was written with is the prior)."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/importance"
+    command: Literal["learn_importance"] = "learn_importance"
+    space_id: SpaceId
+    item_id: UUID
+    importance: Unit
+    prior: Unit
+    signals: ImportanceSignals
+    reason: Reason = Field(description=CLEAR)
+
+
 class RecordRetrieval(CommandBase):
     """What a search or context call showed: sent by the query service when it audits a call
     (``audit=true``, or a space policy's ``audit_retrievals``), so an operator can later see
@@ -532,15 +581,18 @@ class EraseSubject(CommandBase):
 
 SERVICE_COMMANDS: dict[str, frozenset[str]] = {
     "enricher": frozenset({"record_embedding", "record_message_embedding", "record_entities",
-                           "record_preference"}),
-    "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge"}),
+                           "record_preference", "derive_memory", "upsert_entity",
+                           "assert_relation"}),
+    "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge",
+                            "record_theme", "learn_importance"}),
     "query": frozenset({"record_retrieval"}),
 }
 """What each of memledger's own services sends, on its own intake subject."""
 
 INTERNAL_COMMANDS = frozenset({"record_embedding", "record_message_embedding",
                                "record_entities", "record_preference", "record_retrieval",
-                               "suggest_merge"})
+                               "suggest_merge", "derive_memory", "record_theme",
+                               "learn_importance"})
 """Commands only memledger's own services send (what they learned, audited, or suggest by
 policy): no API key may send them, whatever its role."""
 
@@ -560,7 +612,7 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     AppendMessage, AssertMemory, ReviseMemory, SupersedeMemory, RetractMemory, ReaffirmMemory,
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
     RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
-    RecordPreference, RecordRetrieval,
+    RecordPreference, RecordRetrieval, DeriveMemory, RecordTheme, LearnImportance,
 )
 
 Command = Annotated[
@@ -569,7 +621,7 @@ Command = Annotated[
     | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
     | UpsertEntity | AssertRelation | RetractRelation
     | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
-    | RecordPreference | RecordRetrieval,
+    | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance,
     Field(discriminator="command"),
 ]
 

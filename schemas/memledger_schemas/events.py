@@ -34,6 +34,8 @@ Consolidation = Literal["off", "suggest", "merge"]
 Right = Literal["read", "write", "admin"]
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=2_048)]
 EntityRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:.@/-]{1,128}$")]
+MAX_THEME_MEMBERS = 500
+"""The most members a theme event names (its closest to the centre)."""
 
 
 class Payload(BaseModel):
@@ -93,12 +95,15 @@ class SpacePolicySetV1(Payload):
     members: tuple[Member, ...] = ()
 
 
-class SpacePolicySet(Payload):
+class SpacePolicySetV2(Payload):
     """A new version of a space's policy; ``policy_version`` increases by one each time.
 
     A version governs the items recorded after it; with ``retroactive`` it governs the items
     recorded before it too. ``legal_hold`` always applies to everything in the space."""
 
+    # Superseded by v3 (``theme_cosine`` added). Read-only. Its first title and docstring, so
+    # its published snapshot stays exactly as it was.
+    model_config = ConfigDict(frozen=True, extra="forbid", title="SpacePolicySet")
     event_type: ClassVar[str] = "space.policy_set"
     schema_version: ClassVar[int] = 2
     policy_version: int = Field(ge=1)
@@ -116,6 +121,34 @@ class SpacePolicySet(Payload):
     merge_cosine: float = Field(default=0.92, gt=0.0, le=1.0)
     audit_retrievals: bool = False
     members: tuple[Member, ...] = ()
+
+
+class SpacePolicySet(Payload):
+    """A new version of a space's policy; ``policy_version`` increases by one each time.
+
+    A version governs the items recorded after it; with ``retroactive`` it governs the items
+    recorded before it too. ``legal_hold`` always applies to everything in the space."""
+
+    event_type: ClassVar[str] = "space.policy_set"
+    schema_version: ClassVar[int] = 3
+    policy_version: int = Field(ge=1)
+    retention_days: dict[MemoryKind, int] = Field(default_factory=dict)
+    layer_retention_days: dict[Layer, int] = Field(default_factory=dict)
+    decay_half_life_days: dict[MemoryKind, float] = Field(default_factory=dict)
+    forget_below: Unit | None = None
+    session_ttl_seconds: int | None = Field(default=None, ge=1)
+    max_items: int | None = Field(default=None, ge=1)
+    legal_hold: bool = False
+    retroactive: bool = False
+    cardinality: dict[ShortText, Cardinality] = Field(default_factory=dict)
+    default_cardinality: Cardinality = "single"
+    consolidation: Consolidation = "off"
+    merge_cosine: float = Field(default=0.92, gt=0.0, le=1.0)
+    audit_retrievals: bool = False
+    members: tuple[Member, ...] = ()
+    theme_cosine: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Group the space's memories into themes of at least this cosine similarity to their
+    centre (``None``: no themes)."""
 
 
 class SpaceArchived(Payload):
@@ -189,8 +222,10 @@ class MemoryAssertedV1(Payload):
     sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
 
 
-class MemoryAsserted(Payload):
-    about: ClassVar[str] = "A new memory item: kind, content, triple, confidence, tags, layer."
+class MemoryAssertedV2(Payload):
+    about: ClassVar[str] = "Superseded by v3 (``derivation`` added). Read-only."
+    # No docstring and its first title, so its published snapshot stays exactly as it was.
+    model_config = ConfigDict(frozen=True, extra="forbid", title="MemoryAsserted")
     event_type: ClassVar[str] = "memory.asserted"
     schema_version: ClassVar[int] = 2
     item_id: UUID
@@ -204,6 +239,36 @@ class MemoryAsserted(Payload):
     layer: Layer | None = None
     """``None`` (every v1 event): "session" when the envelope names a session, else
     "project"."""
+
+
+class Derivation(BaseModel):
+    """What derived a memory from its sources: the extractor (with its model, if any) and the
+    version of its prompt or rules, so an audit can tell which produced it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    extractor: ShortText
+    prompt_version: ShortText
+
+
+class MemoryAsserted(Payload):
+    about: ClassVar[str] = ("A new memory item: kind, content, triple, confidence, tags, layer; "
+                            "a derived one names its extractor and prompt version.")
+    event_type: ClassVar[str] = "memory.asserted"
+    schema_version: ClassVar[int] = 3
+    item_id: UUID
+    kind: MemoryKind
+    content: Content
+    triple: Triple | None = None
+    confidence: Unit = 1.0
+    importance: Unit = 0.5
+    tags: tuple[Tag, ...] = Field(default=(), max_length=32)
+    sources: tuple[SourceRef, ...] = Field(default=(), max_length=32)
+    layer: Layer | None = None
+    """``None`` (every v1 event): "session" when the envelope names a session, else
+    "project"."""
+    derivation: Derivation | None = None
+    """Set when an enricher derived the item from its ``sources`` (``None``: written by a
+    client)."""
 
 
 class MemoryRevised(Payload):
@@ -362,6 +427,57 @@ class PreferenceExtracted(Payload):
     confidence: Unit
 
 
+class ThemeFormed(Payload):
+    about: ClassVar[str] = ("A group of a space's memories close in meaning, found by the "
+                            "lifecycle scheduler, with a label of their most telling words.")
+    event_type: ClassVar[str] = "theme.formed"
+    theme_id: UUID
+    label: ShortText
+    members: tuple[UUID, ...] = Field(max_length=MAX_THEME_MEMBERS)
+    """The members closest to the theme's centre first (at most ``MAX_THEME_MEMBERS``)."""
+    size: int = Field(ge=0)
+    """How many memories the theme holds (``members`` may name fewer)."""
+    threshold: float = Field(gt=0.0, le=1.0)
+    """The policy's ``theme_cosine`` it was formed with."""
+    policy_version: int = Field(ge=1)
+
+
+class ThemeUpdated(Payload):
+    about: ClassVar[str] = ("A theme's members or label changed; with no members left it is "
+                            "dissolved.")
+    event_type: ClassVar[str] = "theme.updated"
+    theme_id: UUID
+    label: ShortText
+    members: tuple[UUID, ...] = Field(max_length=MAX_THEME_MEMBERS)
+    size: int = Field(ge=0)
+    threshold: float = Field(gt=0.0, le=1.0)
+    policy_version: int = Field(ge=1)
+
+
+class ImportanceSignals(BaseModel):
+    """What an item's learned importance was computed from, counted over the log."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    used: int = Field(default=0, ge=0)
+    unused: int = Field(default=0, ge=0)
+    ratings: tuple[Annotated[int, Field(ge=1, le=5)], ...] = Field(default=(),
+                                                                     max_length=10_000)
+    reaffirmed: int = Field(default=0, ge=0)
+    recalled: int = Field(default=0, ge=0)
+    """How many audited retrievals showed it."""
+
+
+class MemoryImportanceLearned(Payload):
+    about: ClassVar[str] = ("The lifecycle scheduler's importance of an item, learned from its "
+                            "signals; the importance it was written with stays the prior.")
+    event_type: ClassVar[str] = "memory.importance_learned"
+    item_id: UUID
+    importance: Unit
+    prior: Unit
+    signals: ImportanceSignals
+    reason: Reason
+
+
 # --- graph ----------------------------------------------------------------------------------
 
 
@@ -476,13 +592,13 @@ CURRENT: tuple[type[Payload], ...] = (
     MergeSuggested, TripleClaimed, MemoryEmbedded, ConversationMessageEmbedded,
     MemoryEntitiesExtracted,
     PreferenceExtracted, EntityUpserted, RelationAsserted, RelationRetracted, FeedbackRecorded,
-    RetrievalPerformed, SubjectErased,
+    RetrievalPerformed, SubjectErased, ThemeFormed, ThemeUpdated, MemoryImportanceLearned,
 )
 """The current version of every event type."""
 
 HISTORIC: tuple[type[Payload], ...] = (
     ConversationMessageAppendedV1, SpacePolicySetV1, MemoryAssertedV1, MemorySupersededV1,
-    RetrievalPerformedV1)
+    RetrievalPerformedV1, MemoryAssertedV2, SpacePolicySetV2)
 """Published older versions, kept for their JSON Schema snapshot and upcasting tests."""
 
 CATALOGUE: dict[str, type[Payload]] = {p.event_type: p for p in CURRENT}

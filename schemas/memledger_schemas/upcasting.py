@@ -70,3 +70,15 @@ def upcast_asserted_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
 def upcast_superseded_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
     """v2 added ``valid_until``; v1 items stopped being true when superseded (``None``)."""
     return {"valid_until": None, **payload}
+
+
+@upcaster("memory.asserted", 2)
+def upcast_asserted_v2_v3(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v3 added ``derivation``; every earlier item was written by a client (``None``)."""
+    return {"derivation": None, **payload}
+
+
+@upcaster("space.policy_set", 2)
+def upcast_policy_set_v2_v3(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """v3 added ``theme_cosine``; earlier policies formed no themes (``None``)."""
+    return {"theme_cosine": None, **payload}

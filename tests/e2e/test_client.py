@@ -1,17 +1,12 @@
-"""The Python client and the MCP server against the real `memledger up` (one process for this
-module; each test writes to a space of its own)."""
+"""The Python client against the real `memledger up` (one process for this module; each test
+writes to a space of its own). The MCP server's are in test_mcp."""
 
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import pytest
-from mcp import Client as McpClient
-from mcp.client.stdio import StdioServerParameters
-from mcp_types import TextContent
 
 from memledger_client import AsyncClient, Client, Conflict, InvalidRequest, NotFound
 from memledger_client.results import Change
@@ -127,23 +122,3 @@ async def test_the_async_client_finds_a_write_by_its_words_then_by_meaning(
                 "The quarterly report is due on Friday"]
 
         await eventually(by_meaning, timeout=60)
-
-
-async def test_the_mcp_server_remembers_and_recalls_over_stdio(server: Running,
-                                                                tmp_path: Path) -> None:
-    space = f"m{uuid.uuid4().hex[:12]}"
-    params = StdioServerParameters(command=sys.executable, args=[
-        "-m", "memledger_cli", "mcp", "--url", server.url, "--space", space], cwd=tmp_path)
-    async with McpClient(params) as agent:
-        remembered = await agent.call_tool("remember", {
-            "content": "The user prefers dark roast coffee", "kind": "preference"})
-        recalled = await agent.call_tool("recall", {"query": "dark roast coffee",
-                                                    "mode": "brainstorming"})
-        missing = await agent.call_tool("forget", {"item_id": str(uuid.uuid4())})
-    assert remembered.structured_content is not None
-    assert recalled.structured_content is not None
-    item_id = remembered.structured_content["item_id"]
-    assert [h["item_id"] for h in recalled.structured_content["hits"]] == [item_id]
-    assert missing.is_error
-    assert "not_found" in " ".join(c.text for c in missing.content
-                                   if isinstance(c, TextContent))

@@ -1,6 +1,5 @@
-"""The fault suite's switches: the full suite (marker ``faults``) runs only when selected
-(``make test-faults``: ``pytest -m faults``); the reduced one runs with everything else. Results
-tables are printed at the end of the run."""
+"""The fault suite's results tables, printed at the end of the run. (Its full suite is marked
+``faults``: see ``tests/conftest.py``.)"""
 
 import pytest
 
@@ -9,15 +8,6 @@ TABLES = pytest.StashKey[list[str]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[TABLES] = []
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "faults" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="the full fault suite runs with `make test-faults`")
-    for item in items:
-        if item.get_closest_marker("faults") is not None:
-            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ Bounded and repeatable: a fixed number of examples per operation, derandomized.
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import schemathesis
@@ -81,7 +81,17 @@ async def run(client: httpx.AsyncClient, found: Iterator[Case[Any]],
     return outcome
 
 
-def server_error(response: httpx.Response) -> None:
+class Answer(Protocol):
+    """A response as either transport has it (httpx's, Schemathesis')."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def server_error(response: Answer) -> None:
     if response.status_code < 500:
         return
     waited = response.status_code == 503 and "not_yet_visible" in response.text

@@ -110,6 +110,13 @@ class HttpCase:
                                  "to QUERY_PARAMETERS in tests/integration/isolation_cases.py")
         return found
 
+    def command_body(self, fill: Fill) -> dict[str, Any]:
+        """The command as a batch or gRPC sends it: the route's body with what its path names
+        (a route's body leaves those out: the path carries them)."""
+        named = {name: _given(fill, name, self.name) for name in re.findall(r"{(\w+)}", self.path)}
+        body = self.request(fill)[2] or {}
+        return {**body, **named}
+
     def body_schema(self) -> dict[str, Any]:
         """The request body's schema, resolved ({} for none)."""
         content = self.operation.get("requestBody", {}).get("content", {})
@@ -122,7 +129,7 @@ class HttpCase:
         if not schema:
             return None
         if self.batch:
-            return {"commands": [{**c.request(fill)[2], "command": c.operation["operationId"]}
+            return {"commands": [{**c.command_body(fill), "command": c.operation["operationId"]}
                                  for c in self.batch]}
         body = Instances(self.components, fill, self.name).of(schema)
         if isinstance(body, dict):
@@ -261,9 +268,8 @@ class GrpcCase:
 
 
 def _command_request(case: HttpCase, fill: Fill) -> ingest_pb2.CommandRequest:
-    body = case.request(fill)[2]  # the path's parameters are in the body already
     return ingest_pb2.CommandRequest(command=case.operation["operationId"],
-                                     json_body=orjson.dumps(body).decode())
+                                     json_body=orjson.dumps(case.command_body(fill)).decode())
 
 
 def _set(request: Message, field: FieldDescriptor, fill: Fill, case: str) -> None:

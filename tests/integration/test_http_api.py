@@ -226,3 +226,28 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_loses_no_acc
     assert answers[-1].json()["error"]["code"] == "rate_limited"
     stored = [e for e in event_store.read_all(0, 100) if e.event_type == "memory.asserted"]
     assert len(stored) == 3
+
+
+async def test_a_path_no_route_takes_is_a_json_problem_not_plain_text(
+        api: httpx.AsyncClient) -> None:
+    response = await api.get("/v1/no-such-route")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == "not_found"
+
+
+async def test_a_route_body_leaves_out_what_the_path_names_and_the_actor(
+        api: httpx.AsyncClient) -> None:
+    spec = (await api.get("/openapi.json")).json()
+    operation = spec["paths"]["/v1/spaces/{space_id}/memories/{item_id}/revise"]["post"]
+    body = spec["components"]["schemas"][operation["requestBody"]["content"][
+        "application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]]
+    path = {p["name"]: p["schema"] for p in operation["parameters"] if p["in"] == "path"}
+
+    assert not {"space_id", "item_id", "actor"} & set(body["properties"])
+    assert path["item_id"]["format"] == "uuid"
+    assert "pattern" in path["space_id"]
+    asserted = await _assert_fact(api)
+    item = asserted.json()["ids"]["item_id"]
+    answer = await api.post(f"/v1/spaces/s1/memories/{item}/revise", json={"importance": 0.2})
+    assert answer.status_code == 201, answer.text

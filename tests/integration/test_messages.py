@@ -214,16 +214,19 @@ async def test_a_message_hit_brings_the_turns_before_and_after_it_with_window(
                           participant="Dana" if n % 2 == 0 else "Helper")
         await _say(running, other, f"unrelated turn {n}")
 
-    [hit] = await _hits(running, query="pottery", window=2, min_position=last["position"])
-    [plain] = await _hits(running, query="pottery", min_position=last["position"])
+    # The two turns after it are found by its words too (the turns before count among a
+    # message's keywords): it comes first, said in so many words.
+    hit, *_ = await _hits(running, query="pottery", window=2, min_position=last["position"])
+    plain, *_ = await _hits(running, query="pottery", min_position=last["position"])
+    assert hit["content"] == plain["content"] == POTTERY
 
     assert [t["content"] for t in hit["window"]["before"]] == turns[:2]
     assert [t["content"] for t in hit["window"]["after"]] == turns[3:5]
     assert [t["participant"] for t in hit["window"]["before"]] == ["Dana", "Helper"]
     assert plain["window"] is None
     # as of the position it was appended at, nothing after it had been said yet
-    [then] = await _hits(running, query="pottery", window=2,
-                         as_of_position=hit["window"]["after"][0]["position"])
+    then, *_ = await _hits(running, query="pottery", window=2,
+                           as_of_position=hit["window"]["after"][0]["position"])
     assert [t["content"] for t in then["window"]["after"]] == turns[3:4]
 
 

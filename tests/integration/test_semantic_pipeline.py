@@ -146,8 +146,35 @@ async def test_as_of_search_follows_valid_time_and_system_time(running: Pipeline
         assert await office() == []  # valid_to 2022: not true now
 
 
-async def test_user_messages_become_preferences_in_a_context_bundle_within_its_budget(
+async def test_a_period_named_in_the_query_lifts_what_happened_then_and_is_listed(
         running: Pipeline) -> None:
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    for month in (3, 5):
+        last = await _write(running, "acme", AssertMemory(
+            space_id="main", kind="episode", content=f"we met the design agency (month {month})",
+            valid_from=datetime(2023, month, 10, tzinfo=UTC)))
+    async with running.client("acme") as client:
+        async def asked(query: str) -> dict[str, Any]:
+            response = await client.post("/v1/search", json={
+                "query": query, "valid_at": "2023-08-01T00:00:00Z", "explain": True,
+                "min_position": last["position"], **KEYWORDS_ONLY})
+            assert response.status_code == 200, response.text
+            found: dict[str, Any] = response.json()
+            return found
+
+        in_may = await asked("when did we meet the design agency in May 2023?")
+        plain = await asked("when did we meet the design agency?")
+    assert [w["text"] for w in in_may["time_windows"]] == ["in May 2023"]
+    assert in_may["time_windows"][0]["valid_from"].startswith("2023-05-01T00:00:00")
+    assert in_may["results"][0]["content"].endswith("(month 5)")
+    assert in_may["results"][0]["explain"]["time_nearness"] == 1.0
+    assert plain["time_windows"] == []
+    assert {h["explain"]["time_factor"] for h in plain["results"]} == {1.0}
+
+
+async def test_a_context_bundle_holds_the_session_and_the_steering_rules_within_its_budget(
+        running: Pipeline) -> None:
+    # What a conversation says about its people is the forming service's (test_forming.py).
     await _write(running, "acme", CreateSpace(space_id="main"))
     session = (await _write(running, "acme", StartSession(space_id="main")))["session_id"]
     await _write(running, "acme", AssertMemory(
@@ -156,14 +183,9 @@ async def test_user_messages_become_preferences_in_a_context_bundle_within_its_b
         space_id="main", session_id=session, role="user",
         content="I'm allergic to peanuts. Which snacks are safe?"))
     async with running.client("acme") as client:
-        async def bundle() -> dict[str, Any] | None:
-            answer = (await client.post("/v1/context", json={
-                "space_id": "main", "session_id": session, "budget_tokens": 120,
-                "min_position": said["position"]})).json()
-            texts = [e["text"] for s in answer["sections"] for e in s["entries"]]
-            return answer if "- restriction: peanuts" in texts else None
-        answer = await until(bundle)
-    assert answer is not None, "the extracted restriction never reached the bundle"
+        answer = (await client.post("/v1/context", json={
+            "space_id": "main", "session_id": session, "budget_tokens": 120,
+            "min_position": said["position"]})).json()
     sections = {s["name"]: [e["text"] for e in s["entries"]] for s in answer["sections"]}
     assert sections["session"] == ["user: I'm allergic to peanuts. Which snacks are safe?"]
     assert "- [steering_rule] Always answer in British English" in sections["preferences"]

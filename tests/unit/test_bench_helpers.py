@@ -78,7 +78,7 @@ def test_dates_are_years_or_full_dates(text: str, expected: datetime | None) -> 
 
 
 def test_a_missing_data_directory_names_the_option_and_the_variable(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--data DIR or set MEMLEDGER_BENCH_SITUATEDQA"):
+    with pytest.raises(SystemExit, match="--situatedqa DIR or set MEMLEDGER_BENCH_SITUATEDQA"):
         sqa.data_dir(str(tmp_path))
 
 

@@ -361,3 +361,44 @@ def test_listings_page_with_the_cursor_they_were_given() -> None:
         "/v1/spaces", {"status": "active", "limit": "2", "after": "beta"})
     assert dict(listed_agents.params) == {"as_of_position": "7", "limit": "100"}
     assert (erasures.path, dict(erasures.params)) == ("/v1/erasures", {"limit": "5"})
+
+
+async def test_a_spaces_stats_policies_and_an_entitys_neighbours_are_read_on_their_routes(
+        ) -> None:
+    stats: dict[str, Any] = {"basis": BASIS, "space_id": "demo", "items": {
+        "fact": {"active": 2}}, "tags": {"sky": 2}, "sessions": {}, "messages": 0,
+        "entities": 0, "relations": {}}
+    policies: dict[str, Any] = {"basis": BASIS, "space_id": "demo", "versions": [
+        {"policy_version": 1, "position": 3, "recorded_at": "2026-01-01T00:00:00Z",
+         "actor": "key:k1", "policy": {"max_items": 10}}]}
+    entity = {"entity_id": "wikidata/Q42", "name": "Douglas", "type": "person", "aliases": []}
+    neighbours: dict[str, Any] = {"basis": BASIS, "entity": entity, "neighbours": [],
+                                  "relations": []}
+    server = Server(httpx.Response(200, json=stats), httpx.Response(200, json=policies),
+                    httpx.Response(200, json=neighbours))
+    async with AsyncClient("http://memledger.test", transport=httpx.MockTransport(server),
+                           read_your_writes=False) as client:
+        counted = await client.space_stats("demo")
+        governing = await client.policies("demo", as_of_position=7)
+        walked = await client.neighbours("demo", "wikidata/Q42", depth=2)
+    assert (counted.items, counted.tags) == ({"fact": {"active": 2}}, {"sky": 2})
+    assert governing.versions[-1].policy == {"max_items": 10}
+    assert walked.entity.entity_id == "wikidata/Q42"
+    stats_at, policies_at, neighbours_at = (r.url for r in server.requests)
+    assert (stats_at.path, dict(stats_at.params)) == ("/v1/spaces/demo/stats", {})
+    assert (policies_at.path, dict(policies_at.params)) == (
+        "/v1/spaces/demo/policies", {"as_of_position": "7"})
+    assert neighbours_at.raw_path == (
+        b"/v1/spaces/demo/entities/wikidata%2FQ42/neighbours?depth=2")
+
+
+def test_the_blocking_client_reads_the_same_routes() -> None:
+    stats: dict[str, Any] = {"basis": BASIS, "space_id": "demo", "items": {}, "tags": {},
+                             "sessions": {}, "messages": 0, "entities": 0, "relations": {}}
+    server = Server(httpx.Response(200, json=stats), httpx.Response(
+        200, json={"basis": BASIS, "space_id": "demo", "versions": []}))
+    with server.client(read_your_writes=False) as client:
+        assert client.space_stats("demo").messages == 0
+        assert client.policies("demo").versions == []
+    assert [r.url.path for r in server.requests] == ["/v1/spaces/demo/stats",
+                                                     "/v1/spaces/demo/policies"]

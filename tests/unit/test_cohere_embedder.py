@@ -1,68 +1,30 @@
 """The Cohere adapter against a local fake of Cohere's embed API: the real SDK over real HTTP,
 no network beyond the loopback."""
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from memledger_platform.embedding.cohere import CohereEmbedder
 from memledger_platform.embedding.embedder import EmbedderUnavailable
+from tests.cohere_fake import FakeCohere, serving
 
 
-class FakeCohere:
-    """Answers POST /v2/embed; fails the first ``failures`` calls with ``status``."""
+class FakeEmbed(FakeCohere):
+    """Answers POST /v2/embed: a vector per text, from its length."""
 
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.failures, self.status = 0, 429
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                fake.requests.append({"path": self.path, "auth": self.headers["authorization"],
-                                      **body})
-                if fake.failures > 0:
-                    fake.failures -= 1
-                    self._answer(fake.status, {"message": "slow down"})
-                elif self.headers["authorization"] != "Bearer good-key":
-                    self._answer(401, {"message": "invalid api token"})
-                else:
-                    dims = body["output_dimension"]
-                    vectors = [[(len(t) + i) / 100 for i in range(dims)] for t in body["texts"]]
-                    self._answer(200, {"id": "x", "embeddings": {"float": vectors},
-                                       "texts": body["texts"], "meta": {},
-                                       "response_type": "embeddings_by_type"})
-
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        dims = body["output_dimension"]
+        vectors = [[(len(t) + i) / 100 for i in range(dims)] for t in body["texts"]]
+        return {"id": "x", "embeddings": {"float": vectors}, "texts": body["texts"],
+                "meta": {}, "response_type": "embeddings_by_type"}
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeCohere]:
-    server = FakeCohere()
-    thread = threading.Thread(target=server.server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.server.shutdown()
+    with serving(FakeEmbed()) as running:
+        yield running
 
 
 def _embedder(fake: FakeCohere, key: str = "good-key") -> CohereEmbedder:

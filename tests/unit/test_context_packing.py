@@ -76,11 +76,18 @@ def test_what_a_section_leaves_unused_flows_to_the_next() -> None:
 
 
 def test_unused_tokens_keep_flowing_down_to_the_last_section() -> None:
-    history = [entry(f"h{i}") for i in range(1, 11)]
-    sections = by_name(pack({"history": history}, BUDGET, EVEN))
-    assert sections["history"].allowance == BUDGET
-    # 500 tokens: the 5-token header and nine 50-token entries; a tenth would need 505.
-    assert refs(sections["history"]) == [f"h{i}" for i in range(1, 10)]
+    themes = [entry(f"t{i}") for i in range(1, 13)]
+    sections = by_name(pack({"themes": themes}, BUDGET, EVEN))
+    assert sections["themes"].allowance == BUDGET
+    # 600 tokens: the 3-token header and eleven 50-token entries; a twelfth would need 603.
+    assert refs(sections["themes"]) == [f"t{i}" for i in range(1, 12)]
+
+
+def test_themes_have_no_share_of_their_own_by_default_only_what_is_left() -> None:
+    themes = [entry("t1")]
+    full = {name: [entry(f"{name[0]}{i}", 2) for i in range(2_000)] for name in ORDER[:-1]}
+    assert refs(by_name(pack({**full, "themes": themes}, 3_800))["themes"]) == []
+    assert refs(by_name(pack({"themes": themes}, 3_800))["themes"]) == ["t1"]
 
 
 def test_a_partly_used_share_passes_on_only_what_was_not_used() -> None:
@@ -111,7 +118,7 @@ def test_no_shares_means_the_default_shares() -> None:
 
 def test_an_entry_is_one_line_whatever_its_text_holds() -> None:
     multi = Entry("first\nsecond\nthird", "m")
-    [*_, history] = pack({"history": [multi]}, BUDGET, EVEN)
+    history = by_name(pack({"history": [multi]}, BUDGET, EVEN))["history"]
     assert history.render() == TITLES["history"] + "\nfirst second third\n"
 
 

@@ -1,6 +1,7 @@
 """The pure write-side domain: a command plus stream states in, events (or a refusal) out."""
 
 import contextlib
+from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -76,6 +77,9 @@ def _message_embedding(session_id: UUID = SESSION, space_id: str = SPACE
 
 
 PERSON = e.ExtractedEntity(name="Alice", type="person")
+THEME, OLD_THEME = UUID(int=0x600), UUID(int=0x601)
+MESSAGE_SOURCE = e.SourceRef(type="message", ref=str(UUID(int=0x500)))
+DERIVATION = e.Derivation(extractor="rules", prompt_version="rules/v1")
 
 
 def _entities(item_id: UUID = ITEM, space_id: str = SPACE,
@@ -123,6 +127,7 @@ WORLD: dict[StreamRef, StreamState] = {
     _relation(OTHER_RELATION): _state(OTHER_SPACE),
     StreamRef("feedback", str(FEEDBACK)): _state(SPACE, version=10),
     _preference(OTHER_MESSAGE): _state(OTHER_SPACE),
+    StreamRef("theme", str(OLD_THEME)): _state(SPACE),
 }
 
 
@@ -233,6 +238,28 @@ SUCCESSES = [
     _ok(_retrieval_of(), StreamRef("retrieval", str(RETRIEVAL)),
         e.RetrievalPerformed.model_validate(RETRIEVED), {"retrieval_id": str(RETRIEVAL)},
         "record_retrieval"),
+    _ok(c.DeriveMemory(space_id=SPACE, item_id=MISSING_ITEM, kind="preference",
+                       content="Ada prefers tea", sources=(MESSAGE_SOURCE,),
+                       derivation=DERIVATION, layer="project"), _item(MISSING_ITEM),
+        e.MemoryAsserted(item_id=MISSING_ITEM, kind="preference", content="Ada prefers tea",
+                         sources=(MESSAGE_SOURCE,), layer="project", derivation=DERIVATION),
+        {"item_id": str(MISSING_ITEM)}, "derive_memory"),
+    _ok(c.RecordTheme(space_id=SPACE, theme_id=THEME, label="tea coffee", members=(ITEM,),
+                      size=1, threshold=0.7, policy_version=1), StreamRef("theme", str(THEME)),
+        e.ThemeFormed(theme_id=THEME, label="tea coffee", members=(ITEM,), size=1,
+                      threshold=0.7, policy_version=1), {"theme_id": str(THEME)},
+        "record_theme_new"),
+    _ok(c.RecordTheme(space_id=SPACE, theme_id=OLD_THEME, label="tea", members=(), size=0,
+                      threshold=0.7, policy_version=1), StreamRef("theme", str(OLD_THEME)),
+        e.ThemeUpdated(theme_id=OLD_THEME, label="tea", members=(), size=0, threshold=0.7,
+                       policy_version=1), {"theme_id": str(OLD_THEME)},
+        "record_theme_existing"),
+    _ok(c.LearnImportance(space_id=SPACE, item_id=ITEM, importance=0.7, prior=0.5,
+                          signals=e.ImportanceSignals(used=2), reason="used 2"),
+        StreamRef("importance", str(ITEM)),
+        e.MemoryImportanceLearned(item_id=ITEM, importance=0.7, prior=0.5,
+                                  signals=e.ImportanceSignals(used=2), reason="used 2"),
+        {"item_id": str(ITEM)}, "learn_importance"),
 ]
 
 
@@ -258,6 +285,23 @@ def test_every_command_kind_has_a_success_case() -> None:
 def test_a_retrieval_belongs_to_the_one_space_it_read_else_to_the_tenant(
         spaces: tuple[str, ...], space: str) -> None:
     assert decide(_retrieval_of(*spaces), CTX, lookup_in(WORLD)).space_id == space
+
+
+def test_a_derived_preference_supersedes_the_one_it_contradicts_as_any_assertion_does(
+        ) -> None:
+    slot = StreamRef("slot", f"{SPACE}/ada/prefers")
+    world = {**WORLD, slot: replace(_state(SPACE), holder=f"{ITEM}/{'0' * 16}")}
+    cmd = c.DeriveMemory(space_id=SPACE, item_id=MISSING_ITEM, kind="preference",
+                         content="Ada prefers coffee", layer="project",
+                         triple=e.Triple(subject="Ada", predicate="prefers", object="coffee"),
+                         sources=(MESSAGE_SOURCE,), derivation=DERIVATION)
+
+    decision = decide(cmd, CTX, lookup_in(world))
+
+    assert decision.ids["superseded"] == str(ITEM)
+    assert decision.events[0] == e.MemoryAsserted(
+        item_id=MISSING_ITEM, kind="preference", content="Ada prefers coffee",
+        triple=cmd.triple, sources=(MESSAGE_SOURCE,), layer="project", derivation=DERIVATION)
 
 
 def test_a_retrieval_is_recorded_once() -> None:
@@ -470,6 +514,12 @@ NOT_FOUND = [
         "embedding_of_missing_item"),
     _nf(_entities(MISSING_ITEM, item_version=1), "memory item", MISSING_ITEM,
         "entities_of_missing_item"),
+    _nf(c.RecordTheme(space_id=SPACE, theme_id=THEME, label="t", members=(ITEM, OTHER_ITEM),
+                      size=2, threshold=0.7, policy_version=1), "memory item", OTHER_ITEM,
+        "theme_member_of_another_space"),
+    _nf(c.LearnImportance(space_id=SPACE, item_id=MISSING_ITEM, importance=0.6, prior=0.5,
+                          signals=e.ImportanceSignals(), reason="r"), "memory item",
+        MISSING_ITEM, "importance_of_missing_item"),
 ]
 
 
@@ -558,6 +608,9 @@ CONFLICTS = [
     _cf(c.CreateSpace(space_id="fresh", expected_version=1), 0, "expected_version_of_new"),
     _cf(c.SetSpacePolicy(space_id=SPACE, expected_version=0), SPACE_VERSION,
         "expected_version_zero_on_existing"),
+    _cf(c.LearnImportance(space_id=SPACE, item_id=RETRACTED_ITEM, importance=0.6, prior=0.5,
+                          signals=e.ImportanceSignals(), reason="r"), 5,
+        "importance_of_a_retracted_item"),
 ]
 
 

@@ -139,7 +139,7 @@ def test_a_revised_content_is_embedded_at_the_revisions_stream_version() -> None
 
 @pytest.mark.parametrize("event", [
     asserted(ADA), revised(content=ADA, version=4), message("user", ADA),
-    message("user", "I prefer tea. I live in Lisbon"),
+    asserted("I prefer tea. I live in Lisbon"),
 ], ids=["asserted", "revised", "message", "two preferences"])
 def test_the_same_event_twice_gives_equal_commands_with_the_same_keys(
         event: dict[str, Any]) -> None:
@@ -157,12 +157,12 @@ def test_keys_differ_between_versions_of_an_item() -> None:
 
 
 def test_a_stated_preference_is_recorded_with_its_rule_and_source() -> None:
-    [preference] = of_type(plan(message("user", "I prefer green tea in the morning.")),
+    [preference] = of_type(plan(asserted("I prefer green tea in the morning.")),
                            RecordPreference)
     assert (preference.rule_id, preference.category, preference.value) == (
         "prefer", "preference", "green tea in the morning")
     assert preference.confidence == 0.95
-    assert preference.source_item_id == UUID(MESSAGE)
+    assert preference.source_item_id == UUID(ITEM)
 
 
 def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() -> None:
@@ -176,10 +176,9 @@ def test_an_item_naming_a_person_and_a_company_records_them_as_typed_entities() 
         ("profile.name", "Ada Lovelace"), ("profile.company", "Analytical Engines")]
 
 
-def test_a_user_message_is_embedded_and_gives_preferences_but_no_entities() -> None:
+def test_a_user_message_is_only_embedded_here_the_extractor_reads_what_it_says() -> None:
     commands = plan(message("user", ADA))
-    assert [type(c).__name__ for c in commands] == [
-        "RecordMessageEmbedding", "RecordPreference", "RecordPreference"]
+    assert [type(c).__name__ for c in commands] == ["RecordMessageEmbedding"]
 
 
 def test_a_message_is_embedded_naming_its_session_and_message_with_its_own_key() -> None:
@@ -225,3 +224,18 @@ def test_without_a_vector_an_item_gets_no_embedding_command() -> None:
 def test_mentions_are_typed_by_profile_rules_and_otherwise_untyped(
         text: str, expected: list[tuple[str, str]]) -> None:
     assert [(e.name, e.type) for e in mentions(text)] == expected
+
+
+def test_a_message_is_embedded_as_a_reader_sees_it_and_its_rules_read_what_was_said() -> None:
+    event = message("user", "I prefer green tea")
+    event["payload"]["participant"] = "Dana"
+    source = source_of(decode(event))
+    assert source is not None
+    assert source.embedded_text == "Dana: I prefer green tea"
+    assert source.text == "I prefer green tea"
+    unnamed = source_of(decode(message("user", "I prefer green tea")))
+    assert unnamed is not None
+    assert unnamed.embedded_text == "I prefer green tea"
+    item = source_of(decode(asserted("Alice works at Acme")))
+    assert item is not None
+    assert item.embedded_text == "Alice works at Acme"

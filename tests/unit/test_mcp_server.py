@@ -1,173 +1,24 @@
 """The MCP server through the SDK's in-process client (JSON-RPC over memory streams), its
-memledger client talking to a small fake of the HTTP API (httpx.MockTransport). No network."""
+memledger client talking to a small fake of the HTTP API (``mcp_fake``). No network: the
+server as a whole, and the read tools."""
 
 import json
-import re
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-from mcp import Client
-from mcp_types import CallToolResult, TextContent
 
-from memledger_cli.mcp_server import build_server, load_mcp_settings
-from memledger_client import NO_RETRY, AsyncClient
+from memledger_cli.mcp_server import TOOLS, load_mcp_settings
 from memledger_platform.settings import SettingsError
+from tests.unit.mcp_fake import FakeMemledger, call, connected, refused, text
 
-NOW = "2026-01-01T00:00:00Z"
-
-
-class FakeMemledger:
-    """Just enough of memledger's HTTP API: spaces, memories, archive, search, context, reads
-    and the changes feed, with global positions; every request is recorded."""
-
-    def __init__(self) -> None:
-        self.spaces: set[str] = set()
-        self.items: dict[str, dict[str, Any]] = {}
-        self.changes: list[dict[str, Any]] = []
-        self.requests: list[httpx.Request] = []
-        self.routes: list[tuple[str, str, Callable[..., httpx.Response]]] = [
-            ("POST", r"/v1/spaces", self.create_space),
-            ("POST", r"/v1/spaces/(\w+)/memories", self.assert_memory),
-            ("POST", r"/v1/spaces/(\w+)/memories/([\w-]+)/archive", self.archive),
-            ("POST", r"/v1/search", self.search),
-            ("POST", r"/v1/context", self.context),
-            ("GET", r"/v1/spaces/(\w+)/items", self.list_items),
-            ("GET", r"/v1/spaces/(\w+)/items/([\w-]+)", self.item),
-            ("GET", r"/v1/spaces/(\w+)/items/([\w-]+)/history", self.history),
-            ("GET", r"/v1/spaces/(\w+)/changes", self.feed),
-        ]
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        body = json.loads(request.content) if request.content else {}
-        for method, pattern, handler in self.routes:
-            found = re.fullmatch(pattern, request.url.path)
-            if method == request.method and found:
-                return handler(*found.groups(), body=body, params=request.url.params)
-        return error(404, f"no route {request.url.path}")
-
-    def sent(self, path: str) -> list[httpx.Request]:
-        return [r for r in self.requests if r.url.path == path]
-
-    def record(self, event_type: str, space: str, subject: str, **payload: Any) -> int:
-        position = len(self.changes) + 1
-        self.changes.append({"position": position, "recorded_at": NOW, "event_type": event_type,
-                             "event_id": f"e{position}", "subject": subject, "space_id": space,
-                             "actor": "http", "reason": payload.get("reason"),
-                             "valid_from": None, "valid_to": None, "payload": payload})
-        return position
-
-    def create_space(self, *, body: dict[str, Any], **_: Any) -> httpx.Response:
-        if body["space_id"] in self.spaces:
-            return error(409, f"space {body['space_id']!r} already exists")
-        self.spaces.add(body["space_id"])
-        return written(self.record("space.created", body["space_id"], body["space_id"]), {})
-
-    def assert_memory(self, space: str, *, body: dict[str, Any], **_: Any) -> httpx.Response:
-        if space not in self.spaces:
-            return error(404, f"space {space!r} not found")
-        if not body.get("content"):
-            return error(422, "content: too short", path="content")
-        item_id = f"0190a000-0000-7000-8000-{len(self.items):012d}"
-        position = self.record("memory.asserted", space, item_id, content=body["content"])
-        self.items[item_id] = {**ITEM, "item_id": item_id, "space_id": space,
-                               "content": body["content"], "kind": body["kind"],
-                               "tags": body.get("tags", []), "known_since_position": position}
-        return written(position, {"item_id": item_id})
-
-    def archive(self, space: str, item_id: str, *, body: dict[str, Any], **_: Any
-                ) -> httpx.Response:
-        if item_id not in self.items:
-            return error(404, f"item {item_id!r} not found")
-        self.items[item_id]["status"] = "archived"
-        return written(self.record("memory.archived", space, item_id, reason=body["reason"]),
-                       {"item_id": item_id})
-
-    def search(self, *, body: dict[str, Any], **_: Any) -> httpx.Response:
-        words = set(body["query"].lower().split())
-        hits = [{**i, "layer": "filtered", "score": 0.5, "relevance": 0.5, "valid_from": 0.0,
-                 "valid_to": None} for i in self.items.values()
-                if words & set(i["content"].lower().split()) and i["status"] == "active"]
-        return httpx.Response(200, json={"basis": self.basis(), "mode": body.get("mode"),
-                                         "threshold": 0.25, "model": "fake",
-                                         "results": hits, "collapsed": {}})
-
-    def context(self, *, body: dict[str, Any], **_: Any) -> httpx.Response:
-        lines = "\n".join(f"- [{i['kind']}] {i['content']}" for i in self.items.values())
-        return httpx.Response(200, json={
-            "basis": self.basis(), "budget_tokens": body["budget_tokens"], "used_tokens": 9,
-            "tokenizer": "chars/4", "query": body.get("query"), "sections": [],
-            "rendered": f"## Recent history\n{lines}"})
-
-    def item(self, space: str, item_id: str, **_: Any) -> httpx.Response:
-        if item_id not in self.items:
-            return error(404, f"memory item {item_id!r} not found in space {space!r}")
-        return httpx.Response(200, json={"basis": self.basis(), "item": self.items[item_id]})
-
-    def list_items(self, space: str, **_: Any) -> httpx.Response:
-        return httpx.Response(200, json={"basis": self.basis(), "items": [
-            i for i in self.items.values() if i["space_id"] == space]})
-
-    def history(self, space: str, item_id: str, **_: Any) -> httpx.Response:
-        if item_id not in self.items:
-            return error(404, f"memory item {item_id!r} not found in {space!r}")
-        return httpx.Response(200, json={
-            "basis": self.basis(), "item_id": item_id,
-            "changes": [c for c in self.changes if c["subject"] == item_id],
-            "versions": [{"valid_from": NOW, "valid_to": None, "sys_from": 2, "sys_to": None,
-                          "attrs": {"content": self.items[item_id]["content"]},
-                          "event_id": "e2", "actor": "http"}]})
-
-    def feed(self, space: str, *, params: httpx.QueryParams, **_: Any) -> httpx.Response:
-        after = int(params.get("after", "0"))
-        page = [c for c in self.changes if c["position"] > after][:int(params["limit"])]
-        last = page[-1]["position"] if page else after
-        return httpx.Response(200, json={"changes": page, "next_cursor": str(last),
-                                         "position": len(self.changes)})
-
-    def basis(self) -> dict[str, Any]:
-        return {"position": len(self.changes), "recorded_at": None, "valid_at": NOW}
-
-
-ITEM: dict[str, Any] = {
-    "status": "active", "triple": None, "confidence": 1.0, "importance": 0.5, "sources": [],
-    "valid_from": NOW, "valid_to": None, "session_id": None, "agent_id": None}
-
-
-def written(position: int, ids: dict[str, str]) -> httpx.Response:
-    return httpx.Response(201, json={"command": "x", "event_ids": [f"e{position}"],
-                                     "position": position, "positions": [position],
-                                     "stream_version": 1, "ids": ids, "duplicate": False})
-
-
-def error(status: int, message: str, path: str | None = None) -> httpx.Response:
-    fields = [{"path": path, "reason": message}] if path else []
-    code = {404: "not_found", 409: "conflict", 422: "invalid_request"}[status]
-    return httpx.Response(status, json={"error": {"status": status, "code": code,
-                                                  "message": message, "fields": fields}})
-
-
-@asynccontextmanager
-async def connected(handler: Callable[[httpx.Request], httpx.Response]
-                    ) -> AsyncIterator[Client]:
-    api = AsyncClient("http://memledger.test", retry=NO_RETRY,
-                      transport=httpx.MockTransport(handler))
-    async with api, Client(build_server(api, "agent"), mode="legacy") as session:
-        yield session
-
-
-async def call(session: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await session.call_tool(tool, arguments)
-    assert not result.is_error, text(result)
-    assert result.structured_content is not None
-    return dict(result.structured_content)
-
-
-def text(result: CallToolResult) -> str:
-    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+UUID = "0190a000-0000-7000-8000-00000000beef"
+EVERY_TOOL = {
+    "remember", "revise", "retract", "promote", "forget", "feedback", "recall", "get_context",
+    "what_changed_since", "what_was_true", "history", "start_session", "add_message",
+    "end_session", "list_sessions", "read_conversation", "link_entity", "relate", "unrelate",
+    "related", "list_spaces", "create_space", "list_agents", "register_agent", "prune",
+    "profile", "themes"}
 
 
 @pytest.fixture
@@ -175,18 +26,34 @@ def fake() -> FakeMemledger:
     return FakeMemledger()
 
 
-async def test_the_server_offers_the_seven_tools_and_marks_the_reads_read_only(
+async def test_the_server_offers_every_tool_and_marks_what_each_does_to_memory(
         fake: FakeMemledger) -> None:
     async with connected(fake) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-    assert set(tools) == {"remember", "recall", "get_context", "what_changed_since",
-                          "what_was_true", "history", "forget"}
-    read_only = {n for n, t in tools.items() if t.annotations and t.annotations.read_only_hint}
-    assert read_only == set(tools) - {"remember", "forget"}
+    assert set(tools) == EVERY_TOOL == {n for _, _, names in TOOLS for n in names}
+    hints = {n: t.annotations for n, t in tools.items()}
+    read_only = {n for n, a in hints.items() if a and a.read_only_hint}
+    assert read_only == {"recall", "get_context", "what_changed_since", "what_was_true",
+                         "history", "list_sessions", "read_conversation", "related",
+                         "list_spaces", "list_agents", "profile", "themes"}
+    destructive = {n for n, a in hints.items() if a and a.destructive_hint}
+    assert destructive == {"retract", "forget", "unrelate", "prune"}
     assert tools["remember"].input_schema["required"] == ["content"]
-    forget = tools["forget"].annotations
-    assert forget is not None
-    assert forget.destructive_hint
+    assert all(t.description for t in tools.values())
+
+
+async def test_the_server_offers_the_resources_and_the_warm_start_prompt(
+        fake: FakeMemledger) -> None:
+    async with connected(fake) as session:
+        resources = (await session.list_resources()).resources
+        templates = (await session.list_resource_templates()).resource_templates
+        prompts = (await session.list_prompts()).prompts
+    assert [str(r.uri) for r in resources] == ["memledger://spaces"]
+    assert sorted(t.uri_template for t in templates) == [
+        "memledger://spaces/{space}/policy", "memledger://spaces/{space}/stats"]
+    assert [p.name for p in prompts] == ["warm_start"]
+    assert {a.name for a in prompts[0].arguments or []} == {
+        "session_id", "query", "budget_tokens", "space"}
 
 
 async def test_remember_creates_the_default_space_on_first_use(fake: FakeMemledger) -> None:
@@ -195,7 +62,7 @@ async def test_remember_creates_the_default_space_on_first_use(fake: FakeMemledg
                             kind="preference", tags=["drinks"])
     assert answer["space_id"] == "agent"
     assert answer["position"] == 2
-    assert fake.spaces == {"agent"}
+    assert set(fake.spaces) == {"agent"}
     body = json.loads(fake.sent("/v1/spaces/agent/memories")[-1].content)
     assert (body["kind"], body["tags"]) == ("preference", ["drinks"])
 
@@ -275,16 +142,77 @@ async def test_a_space_other_than_the_default_is_never_created_by_remember(
         result = await session.call_tool("remember", {"content": "x", "space": "elsewhere"})
     assert result.is_error
     assert "space 'elsewhere' not found" in text(result)
-    assert fake.spaces == set()
+    assert fake.spaces == {}
 
 
 async def test_an_invalid_argument_is_a_tool_error_naming_the_field(
         fake: FakeMemledger) -> None:
     async with connected(fake) as session:
-        result = await session.call_tool("remember", {"content": ""})
-    assert result.is_error
-    assert "Fix these arguments" in text(result)
-    assert "content" in text(result)
+        empty = await refused(session, "remember", content="")
+        too_important = await refused(session, "remember", content="x", importance=5)
+        no_kind = await refused(session, "remember", content="x", kind="rumour")
+        missing = await refused(session, "remember")
+    assert "Fix these arguments" in empty
+    assert "content" in empty
+    assert too_important == (
+        "Invalid arguments for remember: importance: Input should be less than or equal to 1 "
+        "(got 5). Fix these arguments and call it again (the input schema describes each "
+        "one).")
+    assert "kind: Input should be 'fact'" in no_kind
+    assert "(got 'rumour')" in no_kind
+    assert "content: required" in missing
+    assert fake.requests == []
+
+
+async def test_an_argument_the_tool_does_not_take_is_refused_not_ignored(
+        fake: FakeMemledger) -> None:
+    async with connected(fake) as session:
+        error = await refused(session, "remember", content="x", space_id="elsewhere")
+    assert error.startswith("Invalid arguments for remember: space_id: not an argument of "
+                            "remember (it takes: confidence, content, importance, kind, ")
+    assert "space," in error
+    assert fake.requests == []
+
+
+async def test_every_tool_names_the_bad_argument_and_sends_nothing(
+        fake: FakeMemledger) -> None:
+    """One argument each tool checks itself, before any request."""
+    bad: dict[str, dict[str, Any]] = {
+        "remember": {"content": "x", "session_id": "not-a-uuid"},
+        "revise": {"item_id": "nope", "content": "x"},
+        "retract": {"item_id": "nope"}, "promote": {"item_id": str(UUID), "layer": "session"},
+        "forget": {"item_id": str(UUID), "reason": ""},
+        "feedback": {"item_ids": [], "signal": "used"},
+        "recall": {"query": "x", "k": 0}, "get_context": {"budget_tokens": 1},
+        "what_changed_since": {"limit": 0}, "what_was_true": {"kinds": ["gossip"]},
+        "history": {"item_id": "nope"}, "start_session": {"title": "t" * 600},
+        "add_message": {"session_id": str(UUID), "content": "x", "role": "narrator"},
+        "end_session": {"session_id": "nope"}, "list_sessions": {"status": "paused"},
+        "read_conversation": {"session_id": str(UUID), "limit": 0},
+        "link_entity": {"entity_id": "has space", "name": "n", "type": "t"},
+        "relate": {"source_entity": "a", "relation_type": "", "target_entity": "b"},
+        "unrelate": {"relation_id": "nope"}, "related": {"entity_id": "a", "depth": 9},
+        "list_spaces": {"status": "gone"}, "create_space": {"space_id": "no spaces"},
+        "list_agents": {"limit": 0}, "register_agent": {"agent_id": "a.b"},
+        "prune": {"kinds": ["fact"], "limit": 0}, "profile": {"subject": ""},
+        "themes": {"space": 7}}
+    named = {"remember": "session_id", "revise": "item_id", "retract": "item_id",
+             "promote": "layer", "forget": "reason", "feedback": "item_ids", "recall": "k",
+             "get_context": "budget_tokens", "what_changed_since": "limit",
+             "what_was_true": "kinds.0", "history": "item_id", "start_session": "title",
+             "add_message": "role", "end_session": "session_id", "list_sessions": "status",
+             "read_conversation": "limit", "link_entity": "entity_id",
+             "relate": "relation_type", "unrelate": "relation_id", "related": "depth",
+             "list_spaces": "status", "create_space": "space_id", "list_agents": "limit",
+             "register_agent": "agent_id", "prune": "limit", "profile": "subject",
+             "themes": "space"}
+    async with connected(fake) as session:
+        errors = {tool: await refused(session, tool, **arguments)
+                  for tool, arguments in bad.items()}
+    assert set(errors) == EVERY_TOOL
+    for tool, error in errors.items():
+        assert f"Invalid arguments for {tool}: {named[tool]}: " in error, error
+        assert "Fix these arguments" in error
     assert fake.requests == []
 
 
@@ -314,6 +242,8 @@ def test_a_bad_setting_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch
         load_mcp_settings()
     monkeypatch.setenv("MEMLEDGER_URL", "http://10.0.0.1:9000")
     monkeypatch.setenv("MEMLEDGER_SPACE", "team")
-    settings = load_mcp_settings(space="override")
-    assert (settings.url, settings.space, settings.tenant) == (
-        "http://10.0.0.1:9000", "override", None)
+    settings = load_mcp_settings(space="override", agent="planner")
+    assert (settings.url, settings.space, settings.tenant, settings.agent) == (
+        "http://10.0.0.1:9000", "override", None, "planner")
+    with pytest.raises(SettingsError, match="MEMLEDGER_AGENT"):
+        load_mcp_settings(agent="not an id")

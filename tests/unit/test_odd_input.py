@@ -236,3 +236,15 @@ async def test_a_subject_id_holding_a_slash_is_erased_over_http(ingest: Ingest, 
     assert receipt["subject_id"] == "team/alice"
     assert len(receipt["keys_destroyed"]) == 1
     assert ingest.keyring.spaces_of("acme", "team/alice") == []
+
+
+def test_a_search_or_context_query_with_a_nul_is_refused_naming_the_query() -> None:
+    from pydantic import ValidationError
+
+    from memledger_schemas.api.semantic import ContextRequest, SearchRequest
+
+    for build in (lambda: SearchRequest(query="a\x00b"),
+                  lambda: ContextRequest(space_id="s", query="a\x00b")):
+        with pytest.raises(ValidationError) as refused:
+            build()
+        assert refused.value.errors()[0]["loc"] == ("query",)

@@ -40,33 +40,35 @@ def candidate(item: str = "a", *, dense: float | None = None, keyword: float | N
 # --- the formula ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("found", "relevance", "final"), [
-    (candidate(dense=0.8), 0.7 * 0.8, 0.7 * 0.8),
-    (candidate(keyword=4.0), 0.3 * 0.5, 0.3 * 0.5),
-    (candidate(keyword=12.0), 0.3 * 0.75, 0.3 * 0.75),
-    (candidate(dense=0.5, keyword=4.0), 0.35 + 0.15, 0.5),
-    (candidate(dense=-0.4, keyword=4.0), 0.15, 0.15),
+    # relevance weighs dense 0.7 and keyword 0.3 (the thresholds' calibration); the order, and
+    # so the score, weighs them 0.3 and 0.7 (as measured)
+    (candidate(dense=0.8), 0.7 * 0.8, 0.3 * 0.8),
+    (candidate(keyword=4.0), 0.3 * 0.5, 0.7 * 0.5),
+    (candidate(keyword=12.0), 0.3 * 0.75, 0.7 * 0.75),
+    (candidate(dense=0.5, keyword=4.0), 0.35 + 0.15, 0.15 + 0.35),
+    (candidate(dense=-0.4, keyword=4.0), 0.15, 0.35),
     (candidate(), 0.0, 0.0),
     # one half-life old: decay 0.5, so recency 0.8 + 0.2 * 0.5
-    (candidate(dense=1.0, content_at=NOW - 180 * DAY), 0.7, 0.7 * 0.9),
+    (candidate(dense=1.0, content_at=NOW - 180 * DAY), 0.7, 0.3 * 0.9),
     # two half-lives: decay 0.25
-    (candidate(dense=1.0, content_at=NOW - 360 * DAY), 0.7, 0.7 * 0.85),
+    (candidate(dense=1.0, content_at=NOW - 360 * DAY), 0.7, 0.3 * 0.85),
     # an episode fades in 14 days, a kind the recipe does not name in 30 (the default)
-    (candidate(dense=1.0, kind="episode", content_at=NOW - 14 * DAY), 0.7, 0.7 * 0.9),
-    (candidate(dense=1.0, kind="gossip", content_at=NOW - 30 * DAY), 0.7, 0.7 * 0.9),
+    (candidate(dense=1.0, kind="episode", content_at=NOW - 14 * DAY), 0.7, 0.3 * 0.9),
+    (candidate(dense=1.0, kind="gossip", content_at=NOW - 30 * DAY), 0.7, 0.3 * 0.9),
     # content from the future (clock skew) or of unknown age is new
-    (candidate(dense=1.0, content_at=NOW + 10 * DAY), 0.7, 0.7),
-    (candidate(dense=1.0, content_at=None), 0.7, 0.7),
-    (candidate(dense=1.0, importance=1.0), 0.7, 0.7 * 1.1),
-    (candidate(dense=1.0, importance=0.0), 0.7, 0.7 * 0.9),
-    (candidate(dense=1.0, confidence=0.0), 0.7, 0.7 * 0.7),
-    (candidate(dense=1.0, confidence=0.5), 0.7, 0.7 * 0.85),
+    (candidate(dense=1.0, content_at=NOW + 10 * DAY), 0.7, 0.3),
+    (candidate(dense=1.0, content_at=None), 0.7, 0.3),
+    (candidate(dense=1.0, importance=1.0), 0.7, 0.3 * 1.1),
+    (candidate(dense=1.0, importance=0.0), 0.7, 0.3 * 0.9),
+    (candidate(dense=1.0, confidence=0.0), 0.7, 0.3 * 0.7),
+    (candidate(dense=1.0, confidence=0.5), 0.7, 0.3 * 0.85),
     (candidate(dense=1.0, importance=1.0, confidence=0.5, content_at=NOW - 180 * DAY),
-     0.7, 0.7 * 0.9 * 1.1 * 0.85),
+     0.7, 0.3 * 0.9 * 1.1 * 0.85),
 ], ids=["dense", "keyword at half", "keyword above half", "dense and keyword",
         "a negative cosine counts as none", "nothing", "one half-life", "two half-lives",
         "episode", "unnamed kind", "future", "undated", "important", "unimportant",
         "unsure", "half sure", "every factor"])
-def test_the_score_is_relevance_times_recency_importance_and_confidence(
+def test_the_score_is_the_fused_relevance_times_recency_importance_and_confidence(
         found: Candidate, relevance: float, final: float) -> None:
     ranked = score(found, RECIPE, NOW)
     assert ranked.relevance == pytest.approx(relevance)
@@ -76,7 +78,7 @@ def test_the_score_is_relevance_times_recency_importance_and_confidence(
 
 @pytest.mark.parametrize(("kind", "half_life"), [
     ("fact", 180.0), ("preference", 180.0), ("decision", 365.0), ("steering_rule", 730.0),
-    ("observation", 30.0), ("episode", 14.0), ("gossip", 30.0)])
+    ("observation", 30.0), ("episode", 14.0), ("message", 365.0), ("gossip", 30.0)])
 def test_the_decay_is_one_half_after_the_half_life_of_the_kind(kind: str, half_life: float
                                                                ) -> None:
     explain = score(candidate(dense=1.0, kind=kind, content_at=NOW - half_life * DAY),
@@ -89,8 +91,10 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
     found = score(candidate(dense=0.8, keyword=4.0, importance=1.0, confidence=0.5,
                             content_at=NOW - 180 * DAY), RECIPE, NOW, Signals(used=1))
     assert found.explain == {
-        "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71,
-        "age_days": 180.0, "half_life_days": 180.0, "decay": 0.5, "recency_factor": 0.9,
+        "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71, "fused": 0.59,
+        "time_nearness": 0.0, "time_factor": 1.0, "session_keyword": 0.0, "session_factor": 1.0,
+        "age_days": 180.0, "half_life_days": 180.0,
+        "decay": 0.5, "recency_factor": 0.9,
         "importance_factor": 1.1, "confidence_factor": 0.85, "signals_used": 1,
         "signals_unused": 0, "signals_reaffirmed": 0, "signals_rated": 0, "rating_mean": 0,
         "utility": round(utility(Signals(used=1)), 6),
@@ -103,8 +107,46 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
 def test_the_recipe_is_data_a_recipe_without_recency_ignores_age() -> None:
     timeless = Recipe(recency_weight=0.0)
     old = candidate(dense=1.0, content_at=NOW - 10_000 * DAY)
-    assert score(old, timeless, NOW).score == pytest.approx(0.7)
-    assert score(old, RECIPE, NOW).score < 0.7 * 0.81
+    assert score(old, timeless, NOW).score == pytest.approx(0.3)
+    assert score(old, RECIPE, NOW).score < 0.3 * 0.81
+
+
+# --- the session's words --------------------------------------------------------------------
+
+def message(item: str, session: str, *, dense: float | None = None,
+            keyword: float | None = None) -> Candidate:
+    return candidate(item, dense=dense, keyword=keyword, kind="message", session=session)
+
+
+def test_a_message_is_lifted_by_the_best_keyword_match_of_its_session() -> None:
+    named = message("named", "s1", keyword=12.0)  # keyword relevance 0.75
+    answer = message("answer", "s1", dense=0.8)
+    found = {r.candidate.item_id: r for r in rank([named, answer], RECIPE, NOW)}
+    assert found["answer"].explain["session_keyword"] == 0.75
+    assert found["answer"].score == pytest.approx(0.3 * 0.8 * (1 + 0.5 * 0.75))
+    assert found["named"].score == pytest.approx(0.7 * 0.75 * (1 + 0.5 * 0.75)), \
+        "the best match of a session is one of its candidates: it counts for itself too"
+    assert found["answer"].explain["session_factor"] == pytest.approx(1.375)
+    assert found["answer"].relevance == pytest.approx(0.7 * 0.8), \
+        "the session's words order hits; they never let one in"
+
+
+def test_a_turn_of_the_session_that_names_the_topic_overtakes_an_equal_turn_elsewhere(
+        ) -> None:
+    found = [message("elsewhere", "s2", dense=0.8), message("here", "s1", dense=0.8),
+             message("named", "s1", keyword=2.0)]
+    order = [r.candidate.item_id for r in rank(found, RECIPE, NOW)]
+    assert order.index("here") < order.index("elsewhere")
+    alone = [r.candidate.item_id for r in rank(found, Recipe(session_weight=0.0), NOW)]
+    assert alone.index("elsewhere") < alone.index("here"), "ties go by item id without it"
+
+
+def test_only_messages_are_lifted_and_only_by_their_own_session() -> None:
+    found = rank([message("named", "s1", keyword=12.0), message("other", "s2", dense=0.8),
+                  candidate("fact", dense=0.8, session="s1"),
+                  candidate("loose", dense=0.8, kind="message")], RECIPE, NOW)
+    lifted = {r.candidate.item_id: r.explain["session_factor"] for r in found}
+    assert lifted == {"named": 1.375, "other": 1.0, "fact": 1.0, "loose": 1.0}
 
 
 # --- learned utility ------------------------------------------------------------------------
@@ -138,7 +180,7 @@ def test_utility_scales_the_score_by_its_factor_and_explain_shows_the_counts() -
     liked = score(candidate(dense=1.0), RECIPE, NOW, Signals(used=1, rated=1, rating_sum=5))
     assert plain.explain["utility_factor"] == 1.0
     assert liked.explain["utility"] == pytest.approx(3 / 4)
-    assert liked.score == pytest.approx(0.7 * (1 + 0.3 * 0.5))
+    assert liked.score == pytest.approx(0.3 * (1 + 0.3 * 0.5))
     assert liked.relevance == plain.relevance, "utility orders hits; it never lets one in"
     assert {k: liked.explain[k] for k in ("signals_used", "signals_unused",
                                           "signals_reaffirmed", "signals_rated",
@@ -207,7 +249,7 @@ def lookup(vectors: Mapping[str, list[float] | None], asked: list[list[str]] | N
     pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
                   (candidate("close", dense=0.8), at_cosine(0.94)),
                   (candidate("other", dense=0.7), [0.0, 0.0, 1.0]),
-                  (candidate("words", keyword=30.0), None)],
+                  (candidate("words", keyword=1.0), None)],
                  RECIPE, ["best", "close", "other", "words"], {},
                  id="distinct hits and hits without vectors are kept"),
     pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
@@ -225,7 +267,7 @@ def lookup(vectors: Mapping[str, list[float] | None], asked: list[list[str]] | N
                  RECIPE, ["zero", "x"], {"near x": "x"},
                  id="a zero vector is kept and collapses nothing"),
     pytest.param([(candidate("best", dense=0.9), [1.0, 0.0, 0.0]),
-                  (candidate("words", keyword=30.0), at_cosine(0.99))],
+                  (candidate("words", keyword=1.0), at_cosine(0.99))],
                  RECIPE, ["best"], {"words": "best"},
                  id="a hit found by its words alone collapses like any other"),
 ])

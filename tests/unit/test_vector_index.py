@@ -5,6 +5,7 @@ Then what only Qdrant Edge does (a shard on disk), and the keyword encoder."""
 
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import qdrant_edge as qe
 from qdrant_client import QdrantClient, models
 
+from memledger_platform.vectorindex.factory import index_slug
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import (
     KEYWORD_FIELDS,
@@ -27,6 +29,7 @@ from memledger_platform.vectorindex.port import (
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
 from memledger_platform.vectorindex.sparse import (
+    ENCODING,
     encode_document,
     encode_query,
     stem,
@@ -73,6 +76,20 @@ def keyword_ids(index: VectorIndex, scope: Scope, *query: int) -> list[str]:
 
 class VectorIndexContract:
     """Every test receives ``index``: an empty ``VectorIndex`` with 3 dimensions."""
+
+    def test_a_sessions_messages_before_a_position_come_oldest_first(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", kind="message", session="s1", sys_from=7),
+                      point("2", kind="message", session="s1", sys_from=3),
+                      point("3", kind="message", session="s1", sys_from=9),
+                      point("4", kind="message", session="s2", sys_from=4),
+                      point("5", kind="fact", session="s1", sys_from=5),
+                      point("6", kind="message", session="s1", sys_from=2, tenant="globex")])
+        found = index.session_messages("acme", "s1", 9)
+        assert [p.payload["item_id"] for p in found] == ["2", "1"]
+        assert found[0].payload["sys_from"] == 3
+        assert index.session_messages("acme", "s1", 3) == []
+        assert index.session_messages("acme", "s9", 100) == []
 
     def test_deleting_a_subject_removes_all_its_points_in_that_tenant_only(
             self, index: VectorIndex) -> None:
@@ -348,10 +365,19 @@ def test_tokens_are_lowercase_words_without_stopwords_or_single_characters() -> 
     assert tokens("") == tokens("the of and") == []
 
 
-def test_tokens_are_stemmed_lightly() -> None:
-    assert tokens("Alice's queries") == ["alice", "query"]
-    assert [stem(w) for w in ("items", "classes", "class", "status", "analysis", "yes")] == [
-        "item", "class", "class", "status", "analysis", "yes"]
+def test_tokens_are_english_snowball_stems_so_the_forms_of_a_word_meet() -> None:
+    assert tokens("Alice's queries") == tokens("alice query") == ["alic", "queri"]
+    assert {stem(w) for w in ("painted", "painting", "paints", "paint")} == {"paint"}
+    assert [stem(w) for w in ("items", "classes", "class", "status", "yes")] == [
+        "item", "class", "class", "status", "yes"]
+
+
+def test_a_thread_that_never_stemmed_before_stems_like_the_others() -> None:
+    words = ["painting", "queries", "camped", "running"]
+    here = [stem(w) for w in words]
+    with ThreadPoolExecutor(2) as pool:  # threads of their own, each with its own stemmer
+        found = list(pool.map(lambda _: [stem(w) for w in words], range(4)))
+    assert found == [here] * 4 == [["paint", "queri", "camp", "run"]] * 4
 
 
 def test_a_term_index_is_the_first_four_bytes_of_blake2b_in_31_bits() -> None:
@@ -385,3 +411,9 @@ def test_a_sparse_vector_refuses_unsorted_duplicate_or_out_of_range_indices() ->
     for indices in ((2, 1), (1, 1), (-1,), (2**31,)):
         with pytest.raises(ValueError, match="sparse"):
             SparseVector(indices, (1.0,) * len(indices))
+
+
+def test_the_index_is_named_by_its_model_and_its_keyword_encoding() -> None:
+    # terms of another encoding would not meet a query's: another encoding, another index
+    assert index_slug("all-MiniLM-L6-v2/int8") == f"all-minilm-l6-v2-int8-{ENCODING}"
+    assert ENCODING == "snowball-en"

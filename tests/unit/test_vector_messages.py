@@ -62,7 +62,7 @@ class Projected:
 
     def __init__(self, index: InMemoryVectorIndex | None = None) -> None:
         self.index = index or InMemoryVectorIndex()
-        self.fold = VectorFold(self.index.points, MODEL)
+        self.fold = VectorFold(self.index.points, MODEL, sessions=self.index.session_messages)
 
     def apply(self, *documents: dict[str, Any]) -> "Projected":
         for document in documents:
@@ -198,3 +198,49 @@ def test_a_message_opened_to_its_placeholder_makes_no_point_and_removes_an_old_o
     projected.apply(appended(3, content=ERASED), embedded(4))
     assert projected.index.points(TENANT, HELLO) == []
     assert Projected().apply(appended(3, content=ERASED)).index.count() == 0
+
+
+THIRD = "0190a000-0000-7000-8000-0000000000e3"
+FOURTH = "0190a000-0000-7000-8000-0000000000e4"
+
+
+def keyword_hits(projected: Projected, words: str) -> list[str]:
+    found = projected.index.search_sparse(encode_query(words), scope(), 10)
+    return sorted(h.payload["item_id"] for h in found)
+
+
+def test_a_message_is_found_by_the_name_of_who_said_it() -> None:
+    projected = Projected().apply(appended(3), appended(4, REPLY, participant="Sam",
+                                                       content="Sounds lovely"))
+    assert keyword_hits(projected, "Dana") == sorted([HELLO, REPLY])  # REPLY: its turn before
+    assert keyword_hits(projected, "Sam") == [REPLY]
+
+
+def test_the_words_of_the_two_turns_before_a_message_count_among_its_keywords() -> None:
+    projected = Projected().apply(
+        appended(3, content="What did you research lately?"),
+        appended(4, REPLY, content="Adoption agencies, mostly"),
+        appended(5, THIRD, content="Sounds like a big step"),
+        appended(6, FOURTH, content="It is"))
+    assert keyword_hits(projected, "research") == sorted([HELLO, REPLY, THIRD])
+    assert keyword_hits(projected, "adoption") == sorted([REPLY, THIRD, FOURTH])
+
+
+def test_the_turns_before_count_only_within_the_session_and_the_data_subject() -> None:
+    other_session = appended(4, REPLY, content="Adoption agencies")
+    other_session["payload"] = {**other_session["payload"],
+                                "session_id": "0190a000-0000-7000-8000-0000000000c2"}
+    projected = Projected().apply(
+        appended(3, content="What did you research lately?"), other_session,
+        appended(5, THIRD, content="Adoption agencies", subject="sam"))
+    assert keyword_hits(projected, "research") == [HELLO]
+
+
+def test_after_a_restart_the_turns_before_are_read_back_from_the_index() -> None:
+    log = [appended(3, content="What did you research lately?"),
+           appended(4, REPLY, content="Adoption agencies, mostly")]
+    whole = Projected().apply(*log, appended(5, THIRD, content="Big step"))
+    restarted = Projected(Projected().apply(*log).index).apply(
+        appended(5, THIRD, content="Big step"))
+    assert restarted.point(THIRD).sparse == whole.point(THIRD).sparse
+    assert keyword_hits(restarted, "research") == sorted([HELLO, REPLY, THIRD])

@@ -294,3 +294,20 @@ class ErasureReceipt(Frozen):
 
 class ErasureList(Frozen):
     receipts: list[ErasureReceipt]
+
+
+class SpaceStats(Frozen):
+    """What a space holds at ``basis``: its items by kind and status, the most used tags of its
+    active items, its sessions by status (as projected now), its messages, entities and
+    relations (by status)."""
+
+    basis: Basis
+    space_id: str
+    items: dict[str, dict[str, int]]
+    """Kind → status (active, archived, superseded, retracted) → count."""
+    tags: dict[str, int]
+    """The most used tags of the active items valid now, most used first (at most 50)."""
+    sessions: dict[str, int]
+    messages: int
+    entities: int
+    relations: dict[str, int]

@@ -1,8 +1,8 @@
 """Requests and answers of search and context (validated at the HTTP boundary; a bad field
 is a 422 naming it)."""
 
-from datetime import datetime
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal, Protocol
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -60,8 +60,12 @@ class TimeTravel(Strict):
     wait_ms: int = Field(default=2_000, ge=0, le=30_000)
 
 
+NO_NUL = r"^[^\x00]*$"
+"""An audited call records its query, and PostgreSQL refuses NUL: refused at the boundary."""
+
+
 class SearchRequest(TimeTravel):
-    query: str = Field(min_length=1, max_length=4_096)
+    query: str = Field(min_length=1, max_length=4_096, pattern=NO_NUL)
     spaces: list[SpaceId] = Field(default_factory=list, max_length=64,
                                   description="empty: every space of the tenant")
     session_id: UUID | None = None
@@ -74,6 +78,8 @@ class SearchRequest(TimeTravel):
                                            "(or any of these; finds messages only)")
     window: int = Field(default=0, ge=0, le=MAX_WINDOW, description="with each message hit, "
                         "this many turns before and after it in its session")
+    theme: UUID | None = Field(default=None, description="only the members of this theme "
+                               "(GET /v1/spaces/{space_id}/themes), as of the basis")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     subject: str | None = Field(default=None, max_length=512)
     mode: Mode = "planning"
@@ -86,7 +92,10 @@ class SearchRequest(TimeTravel):
         "spaces' other sessions, then the ecosystem's (the whole tenant's ecosystem layer), "
         "each with its limit. filtered without a session_id leaves session memory out")
     layers: LayerLimits = Field(default_factory=LayerLimits)
-    weights: Weights = Field(default_factory=Weights)
+    weights: Weights | None = Field(default=None, description="set both what is kept "
+                                    "(relevance) and the order; null: relevance dense 0.7, "
+                                    "keyword 0.3 (the thresholds' calibration), order dense "
+                                    "0.3, keyword 0.7 (as measured)")
     explain: bool = False
     audit: bool = Field(default=False, description="record what this call shows "
                         "(retrieval.performed), answered with its retrieval_id; also on when a "
@@ -151,6 +160,31 @@ class SearchHit(Frozen):
     """With the request's ``window``: the turns around a message hit."""
 
 
+class NamedPeriod(Protocol):
+    """A period resolved from the query's words (query's ``when.Period``), in epoch seconds."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+
+
+class TimeWindow(Frozen):
+    """A period the query names ("in May 2023"), resolved at the basis' valid time: hits
+    whose valid time meets it rank higher (``explain``: ``time_nearness``)."""
+
+    text: str
+    valid_from: datetime
+    valid_to: datetime
+
+    @classmethod
+    def of(cls, window: NamedPeriod) -> "TimeWindow":
+        return cls(text=window.text, valid_from=datetime.fromtimestamp(window.start, UTC),
+                   valid_to=datetime.fromtimestamp(window.end, UTC))
+
+
 class SearchAnswer(Frozen):
     basis: Basis
     mode: str
@@ -159,6 +193,8 @@ class SearchAnswer(Frozen):
     results: list[SearchHit]
     collapsed: dict[str, str]
     """Near-duplicates left out of ``results``: item id → the shown hit it duplicates."""
+    time_windows: list[TimeWindow] = Field(default_factory=list)
+    """The periods the query names, as resolved (empty: none)."""
     retrieval_id: str | None = None
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
@@ -172,12 +208,14 @@ class ContextShares(Strict):
                                "the space's other sessions")
     preferences: int = Field(default=300, ge=0)
     history: int = Field(default=1_500, ge=0)
+    themes: int = Field(default=0, ge=0, description="the space's themes; by default only "
+                        "what the other sections leave unused")
 
 
 class ContextRequest(TimeTravel):
     space_id: SpaceId
     session_id: UUID | None = None
-    query: str | None = Field(default=None, min_length=1, max_length=4_096,
+    query: str | None = Field(default=None, min_length=1, max_length=4_096, pattern=NO_NUL,
                               description="default: the session's last user message")
     budget_tokens: int = Field(default=3_800, ge=16, le=1_000_000, description="default: "
                                "the sum of the default shares")

@@ -24,11 +24,26 @@ class Answer(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+POSITION = "global position of the write: reads wait for it"
+
+
 class Remembered(Answer):
     item_id: str
     space_id: str
-    position: int = Field(description="global position of the write: reads wait for it")
+    position: int = Field(description=POSITION)
     duplicate: bool = Field(description="true if this exact write was already recorded")
+    superseded: str | None = Field(default=None, description=(
+        "the item this one replaced (same subject and single-valued predicate)"))
+
+
+class Changed(Answer):
+    item_id: str
+    position: int = Field(description=POSITION)
+
+
+class FeedbackRecorded(Answer):
+    recorded: int = Field(description="how many items the feedback was recorded for")
+    position: int = Field(description=POSITION)
 
 
 class Hit(Answer):
@@ -51,6 +66,8 @@ class Hit(Answer):
 class Recalled(Answer):
     basis: Basis
     hits: list[Hit]
+    retrieval_id: str | None = Field(default=None, description=(
+        "this recall as recorded: pass it to feedback with the ids you used or not"))
 
 
 class Context(Answer):
@@ -110,18 +127,15 @@ class ItemHistory(Answer):
     versions: list[Version]
 
 
-class Forgotten(Answer):
-    item_id: str
-    position: int
-
-
 def remembered(result: WriteResult, space_id: str) -> Remembered:
     return Remembered(item_id=result.item_id, space_id=space_id,
-                      position=result.position, duplicate=result.duplicate)
+                      position=result.position, duplicate=result.duplicate,
+                      superseded=result.ids.get("superseded"))
 
 
 def recalled(answer: SearchAnswer) -> Recalled:
-    return Recalled(basis=answer.basis, hits=[hit(h) for h in answer.results])
+    return Recalled(basis=answer.basis, hits=[hit(h) for h in answer.results],
+                    retrieval_id=answer.retrieval_id)
 
 
 def hit(found: SearchHit) -> Hit:

@@ -13,6 +13,7 @@ def add_parser(commands: Any) -> None:
     mcp.add_argument("--tenant", help="tenant (MEMLEDGER_TENANT)")
     mcp.add_argument("--space", help="space used when a tool names none (MEMLEDGER_SPACE, "
                      "default 'default'; created on first remember)")
+    mcp.add_argument("--agent", help="agent id the server's writes carry (MEMLEDGER_AGENT)")
     mcp.set_defaults(handler=_run)
 
 

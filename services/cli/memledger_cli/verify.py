@@ -266,7 +266,7 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
 
 def _open_index(target: Target, settings: Settings) -> None:
     from memledger_platform.embedding import factory as embedders
-    from memledger_platform.vectorindex.factory import model_slug, open_index
+    from memledger_platform.vectorindex.factory import index_path, open_index
 
     try:
         embedder = embedders.from_settings(settings)
@@ -276,7 +276,7 @@ def _open_index(target: Target, settings: Settings) -> None:
         return
     target.model = embedder.model_id
     target.index_label = (f"Qdrant at {settings.qdrant_url}" if settings.qdrant_url else
-                          f"index {settings.home / 'vectors' / model_slug(embedder.model_id)}")
+                          f"index {index_path(settings, embedder.model_id)}")
 
 
 def up_is_running(settings: Settings) -> bool:

@@ -29,9 +29,14 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    Neighbours,
+    PolicyHistory,
+    ProfileAnswer,
     SearchAnswer,
     SessionList,
     SpaceList,
+    SpaceStats,
+    ThemeList,
     WriteResult,
 )
 from memledger_schemas.api.semantic import (
@@ -121,6 +126,8 @@ class SearchOptions(AsOf, total=False):
     weights: Weights | Mapping[str, float]
     explain: bool
     audit: bool
+    theme: UUID | str | None
+    """Only the members of this theme (``themes``)."""
 
 
 class SessionFilters(Consistency, total=False):
@@ -228,6 +235,40 @@ def sessions(space_id: str, filters: SessionFilters) -> Call[SessionList]:
 
 def graph(space_id: str, as_of_position: int | None, consistency: Consistency) -> Call[Graph]:
     return _get(f"/v1/spaces/{_seg(space_id)}/graph", Graph.model_validate,
+                {**consistency, "as_of_position": as_of_position})
+
+
+def neighbours(space_id: str, entity_id: str, depth: int, at: AsOf) -> Call[Neighbours]:
+    """The entities ``depth`` relations away from ``entity_id`` (either direction)."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/entities/{_seg(entity_id)}/neighbours",
+                Neighbours.model_validate, {**at, "depth": depth})
+
+
+def policies(space_id: str, as_of_position: int | None, consistency: Consistency
+             ) -> Call[PolicyHistory]:
+    """Every policy version of the space, oldest first."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/policies", PolicyHistory.model_validate,
+                {**consistency, "as_of_position": as_of_position})
+
+
+def space_stats(space_id: str, consistency: Consistency) -> Call[SpaceStats]:
+    """Counts of what the space holds (items by kind and status, tags, sessions, messages,
+    entities, relations)."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/stats", SpaceStats.model_validate,
+                dict(consistency))
+
+
+def profile(space_id: str, subject: str, at: AsOf) -> Call[ProfileAnswer]:
+    """What is believed about ``subject`` in the space: the facts and preferences whose triple
+    subject it is."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/profiles/{_seg(subject)}",
+                ProfileAnswer.model_validate, dict(at))
+
+
+def themes(space_id: str, as_of_position: int | None, consistency: Consistency
+           ) -> Call[ThemeList]:
+    """The themes of the space's memories, the largest first."""
+    return _get(f"/v1/spaces/{_seg(space_id)}/themes", ThemeList.model_validate,
                 {**consistency, "as_of_position": as_of_position})
 
 

@@ -3,6 +3,7 @@ the query service's own models (so client and server cannot disagree on a field)
 
 from pydantic import BaseModel, ConfigDict
 
+from memledger_schemas.api.forming import ProfileAnswer, Theme, ThemeList
 from memledger_schemas.api.reads import (
     AgentList,
     AgentSummary,
@@ -19,11 +20,16 @@ from memledger_schemas.api.reads import (
     ItemAnswer,
     ItemList,
     Message,
+    Neighbour,
+    Neighbours,
+    PolicyHistory,
+    PolicyVersion,
     Rectangle,
     Relation,
     SessionList,
     SessionSummary,
     SpaceList,
+    SpaceStats,
     SpaceSummary,
 )
 from memledger_schemas.api.semantic import ContextAnswer as ServerContextAnswer
@@ -56,6 +62,11 @@ __all__ = [
     "ItemAnswer",
     "ItemList",
     "Message",
+    "Neighbour",
+    "Neighbours",
+    "PolicyHistory",
+    "PolicyVersion",
+    "ProfileAnswer",
     "Rectangle",
     "Relation",
     "SearchAnswer",
@@ -63,7 +74,10 @@ __all__ = [
     "SessionList",
     "SessionSummary",
     "SpaceList",
+    "SpaceStats",
     "SpaceSummary",
+    "Theme",
+    "ThemeList",
     "Turn",
     "Window",
     "WriteResult",

@@ -34,9 +34,14 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    Neighbours,
+    PolicyHistory,
+    ProfileAnswer,
     SearchAnswer,
     SessionList,
     SpaceList,
+    SpaceStats,
+    ThemeList,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
@@ -156,6 +161,33 @@ class Client(WriteMethods[WriteResult]):
     def graph(self, space_id: str, *, as_of_position: int | None = None,
               **consistency: Unpack[Consistency]) -> Graph:
         return self.call(calls.graph(space_id, as_of_position, consistency))
+
+    def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
+                   **at: Unpack[AsOf]) -> Neighbours:
+        """The entities up to ``depth`` relations away from ``entity_id`` and the relations
+        walked to reach them."""
+        return self.call(calls.neighbours(space_id, entity_id, depth, at))
+
+    def policies(self, space_id: str, *, as_of_position: int | None = None,
+                 **consistency: Unpack[Consistency]) -> PolicyHistory:
+        """Every policy version of the space, oldest first (the last one governs)."""
+        return self.call(calls.policies(space_id, as_of_position, consistency))
+
+    def space_stats(self, space_id: str, **consistency: Unpack[Consistency]) -> SpaceStats:
+        """Counts of what the space holds: items by kind and status, its most used tags,
+        sessions, messages, entities and relations."""
+        return self.call(calls.space_stats(space_id, consistency))
+
+    def profile(self, space_id: str, subject: str, **at: Unpack[AsOf]) -> ProfileAnswer:
+        """What is believed about ``subject`` (a person's or agent's name) in the space: the
+        facts and preferences whose triple subject it is, with confidence and sources."""
+        return self.call(calls.profile(space_id, subject, at))
+
+    def themes(self, space_id: str, *, as_of_position: int | None = None,
+               **consistency: Unpack[Consistency]) -> ThemeList:
+        """The themes the space's memories form (a policy's ``theme_cosine`` turns them
+        on), the largest first."""
+        return self.call(calls.themes(space_id, as_of_position, consistency))
 
     def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return self.call(calls.search(query, options))

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 
+from memledger_enricher.forming_bootstrap import forming_of
 from memledger_enricher.service import DURABLE, Enricher
 from memledger_platform import telemetry
 from memledger_platform.embedding import factory as embedders
@@ -25,7 +26,9 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
                             durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
                             opener=client.opener)
         log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
-        await enricher.run(stop)
+        async with forming_of(settings, client) as forming:
+            await asyncio.gather(enricher.run(stop),
+                                 *([forming.run(stop)] if forming is not None else []))
 
 
 async def run(settings: Settings) -> None:

@@ -6,8 +6,9 @@ restart, is answered from the first commit instead of being recorded twice).
   (``record_embedding``) and scanned for entity mentions (``record_entities``);
 - every conversation message (any role) is embedded (``record_message_embedding``), so that
   search finds it by meaning;
-- a memory item's content, and what a user says in a conversation, is scanned by the
-  extraction rules (``record_preference``).
+- a memory item's content is scanned by the extraction rules (``record_preference``); what
+  is said in a conversation is read by the extractor (``forming_service``), which derives
+  memory items from it.
 """
 
 import re
@@ -18,6 +19,7 @@ from uuid import UUID
 from memledger_enricher.extraction import Extraction, extract
 from memledger_platform.crypto import ERASED
 from memledger_platform.events import Event
+from memledger_platform.vectorindex.port import message_text
 from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
@@ -55,6 +57,14 @@ class Source:
     """A message's session (``None`` for an item)."""
     role: str | None = None
     """A message's role (``None`` for an item)."""
+    participant: str | None = None
+    """Who said a message (``None``: nobody named, or an item)."""
+
+    @property
+    def embedded_text(self) -> str:
+        """What is embedded: an item's content; a message as a reader sees it, who said it
+        first (``message_text``)."""
+        return message_text(self.participant, self.text)
 
     @property
     def embeds(self) -> bool:
@@ -62,8 +72,9 @@ class Source:
 
     @property
     def extracts(self) -> bool:
-        """Whether the extraction rules read it: an item's content, or what a user said."""
-        return self.session_id is None or self.role == "user"
+        """Whether the extraction rules read it here: an item's content. (What is said in a
+        conversation is the extractor's: ``forming_service`` derives memories from it.)"""
+        return self.session_id is None
 
 
 def source_of(event: Event) -> Source | None:
@@ -76,7 +87,8 @@ def source_of(event: Event) -> Source | None:
         return None
     if event.event_type == EventType.MESSAGE_APPENDED:
         return replace(_source(event, UUID(str(payload["message_id"])), None, text),
-                       session_id=UUID(str(payload["session_id"])), role=payload.get("role"))
+                       session_id=UUID(str(payload["session_id"])), role=payload.get("role"),
+                       participant=payload.get("participant"))
     if event.event_type in (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED):
         return _source(event, UUID(str(payload["item_id"])), event.stream_version, text)
     return None

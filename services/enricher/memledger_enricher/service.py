@@ -99,7 +99,7 @@ class Enrichment(Handling):
         if embedding:
             async with self._model:
                 vectors = await asyncio.to_thread(self._embedder.embed_documents,
-                                                  [s.text for s in embedding])
+                                                  [s.embedded_text for s in embedding])
         by_source = {id(s): v for s, v in zip(embedding, vectors, strict=True)}
         model = self._embedder.model_id
         return [(s.tenant, command) for s in sources

@@ -12,13 +12,12 @@ import grpc
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
-from starlette.routing import Mount
 from starlette.types import ASGIApp
 
 from memledger_ingest.core.erasure import Erasure
 from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
 from memledger_ingest.entrypoints import grpc_api
-from memledger_ingest.entrypoints.http import create_app
+from memledger_ingest.entrypoints.http import behind, create_app
 from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform import bus, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
@@ -90,8 +89,8 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
     gate = await asyncio.to_thread(open_gate, settings, endpoints.postgres_dsn)
     app = create_app(service.writer, lambda: _health(service), settings.tenant_fallback,
                      gate.gate, service.erasure)
-    if also is not None:  # whatever ingest's routes do not answer
-        app.routes.append(Mount("/", app=also))
+    if also is not None:  # embedded mode: the query API behind the same port
+        behind(app, also)
     service.writer.start()
     writes = grpc_server.principal_resolver(gate.gate, "write")
     grpc_apis = [grpc_api.registrar(service.writer, writes)]

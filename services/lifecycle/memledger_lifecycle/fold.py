@@ -343,6 +343,13 @@ def _embedded(f: LifecycleFold, e: Event) -> None:
             f._consolidate(item)
 
 
+def _importance_learned(f: LifecycleFold, e: Event) -> None:
+    # Not on the item's stream either; decay reads the learned importance from now on.
+    item = f.items.get((e.tenant_id, str(e.payload["item_id"])))
+    if item is not None:
+        item.importance = float(e.payload["importance"])
+
+
 _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
     EventType.SPACE_POLICY_SET: _policy_set, EventType.SESSION_STARTED: _session_started,
     EventType.SESSION_ENDED: _session_ended, EventType.MESSAGE_APPENDED: _message,
@@ -353,6 +360,7 @@ _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
     EventType.MEMORY_ARCHIVED: _item_event(_ended("archived")),
     EventType.MEMORY_PROMOTED: _item_event(_promoted), EventType.MEMORY_EMBEDDED: _embedded,
     EventType.MEMORY_MERGED: _item_event(lambda item, e: None),  # its stream version moves
+    EventType.IMPORTANCE_LEARNED: _importance_learned,
 }
 
 

@@ -1,7 +1,9 @@
 """The lifecycle scheduler: folds the events stream (``fold``) and, once caught
 up, every ``lifecycle_interval_seconds`` sends ingest what the space policies decide at that
 moment (``archive_memory`` with the policy version and reason) and what consolidation found
-(``merge_memories`` or ``suggest_merge``), each under a deterministic idempotency key.
+(``merge_memories`` or ``suggest_merge``), the themes of the spaces that ask for them
+(``record_theme``) and the importance learned from signals (``learn_importance``:
+``forming_fold``), each under a deterministic idempotency key.
 
 It is a client of ingest like the enricher (only ingest writes the event store).
 Its state is rebuilt by folding the stream from the start at every start (a fresh consumer),
@@ -15,12 +17,14 @@ from uuid import UUID
 
 from nats.js import JetStreamContext
 
+from memledger_lifecycle import forming_fold
 from memledger_lifecycle.fold import (
     EVENT_TYPES,
     Archive,
     Consolidation,
     LifecycleFold,
 )
+from memledger_lifecycle.forming_fold import FormingFold
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.consumer import Batch, Consumer, Handling, Subscription
 from memledger_platform.crypto import Opener
@@ -43,6 +47,8 @@ class Tally:
     archived: int = 0
     merged: int = 0
     suggested: int = 0
+    themes: int = 0
+    learned: int = 0
     refused: int = 0
     ticks: int = 0
 
@@ -60,12 +66,14 @@ class Scheduler(Handling):
         self._open = opener or Opener(None)
         self._next_tick = 0.0
         self.fold = LifecycleFold()
+        self.forming = FormingFold()
         self.caught_up = False
         self.tally = Tally()
         self._consumer = Consumer(js, subjects, Subscription(
             name="lifecycle", stream=subjects.events_stream, durable=DURABLE,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES),
+            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in dict.fromkeys(
+                (*EVENT_TYPES, *forming_fold.EVENT_TYPES))),
             batch=_BATCH, acks=False, start=_from_the_first, traced=False), self)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -73,7 +81,10 @@ class Scheduler(Handling):
 
     async def handle(self, batch: Batch) -> None:
         for msg in batch.pending:
-            self.fold.apply(decode(msg.data, opener=self._open))
+            event = decode(msg.data, opener=self._open)
+            if event.event_type in EVENT_TYPES:
+                self.fold.apply(event)
+            self.forming.apply(event)
         # Decide only on the whole log: a policy or a hold further on must not be missed.
         self.caught_up = batch.msgs[-1].metadata.num_pending == 0
         await self._tick_when_due()
@@ -97,6 +108,10 @@ class Scheduler(Handling):
             commands.setdefault(archive.tenant, []).append(_archive(archive))
         for found in self.fold.take_consolidations():
             commands.setdefault(found.tenant, []).append(_consolidation(found))
+        # Themes and importance are what the fold holds now: decided after the archives.
+        for tenant, command in [*self.forming.themes(self.fold),
+                                *self.forming.importance(self.fold)]:
+            commands.setdefault(tenant, []).append(command)
         for tenant, batch in commands.items():
             for start in range(0, len(batch), _SEND):
                 await self._send(tenant, batch[start:start + _SEND])
@@ -123,6 +138,10 @@ class Scheduler(Handling):
                 self.tally.merged += 1
             case c.SuggestMerge():
                 self.tally.suggested += 1
+            case c.RecordTheme():
+                self.tally.themes += 1
+            case c.LearnImportance():
+                self.tally.learned += 1
 
 
 async def _from_the_first() -> int:

@@ -60,12 +60,15 @@ PERSONAL: dict[str, dict[str, Any]] = {
     EventType.RELATION_RETRACTED: _REASON,
     EventType.FEEDBACK_RECORDED: {"comment": None},
     EventType.RETRIEVAL_PERFORMED: {"query": ERASED, "subject": ERASED, "parameters": {}},
+    EventType.THEME_FORMED: {"label": ERASED},
+    EventType.THEME_UPDATED: {"label": ERASED},
 }
 """Event type → personal field → what a reader sees once the subject is erased: every field
 a client writes free text into about a subject's memories, messages, sessions, entities and
-relations, and what an audited call asked. (Ids, kinds, types, categories, rule ids, source
-refs, space and agent names and descriptions, and space archive reasons are not sealed: they
-must not hold personal data.)"""
+relations, what an audited call asked, and a theme's label (its members' words). (Ids,
+kinds, types, categories, rule ids, source refs, space and agent names and descriptions,
+space archive reasons and learned importances' reasons are not sealed: they must not hold
+personal data.)"""
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,10 @@ def _commands(s: Subjects, service: str) -> tuple[str, ...]:
 
 
 def _enricher(s: Subjects) -> NatsPermissions:
+    # Dead letters: what an extractor's model could not make sense of, with the reason.
     return NatsPermissions((*_streams(s), *_consumer(s.events_stream, "*"),
-                            *_commands(s, "enricher")), publish_deny=_not_the_projectors(s))
+                            *_commands(s, "enricher"), f"{s.prefix}.dlq.enricher.>"),
+                           publish_deny=_not_the_projectors(s))
 
 
 def _lifecycle(s: Subjects) -> NatsPermissions:

@@ -120,6 +120,13 @@ class Settings(BaseSettings):
                              description="dimensions of Cohere's embeddings")
     cohere_base_url: str | None = Field(default=None, description="another address for "
                                         "Cohere's API (a proxy, a test server)")
+    reranker: Literal["off", "cohere"] = Field(
+        default="off", description="reorder a search's best hits with a reranking model: "
+        "cohere (Cohere Rerank, needs MEMLEDGER_COHERE_API_KEY); off by default")
+    cohere_rerank_model: str = Field(default="rerank-v3.5", description="Cohere reranking "
+                                     "model")
+    rerank_depth: int = Field(default=30, ge=1, le=200, description="how many of a search "
+                              "layer's best hits the reranker reorders")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
@@ -133,6 +140,21 @@ class Settings(BaseSettings):
     enricher_reply_timeout_seconds: float = Field(
         default=30.0, gt=0, le=600, description="how long the enricher waits for ingest to "
         "answer a command before it retries")
+    extractor: Literal["off", "rules", "cohere"] = Field(
+        default="rules", description="what forms memories from conversations (facts, "
+        "preferences, entities, relations, session summaries): rules (offline), cohere "
+        "(Cohere's chat API, needs MEMLEDGER_COHERE_API_KEY) or off")
+    cohere_chat_model: str = Field(default="command-a-03-2025", description="Cohere chat "
+                                   "model of the cohere extractor")
+    extractor_summary_every: int = Field(default=50, ge=0, le=10_000, description="turns "
+                                         "of a running session per summary (0: only when "
+                                         "it ends)")
+    extractor_timeout_seconds: float = Field(default=30.0, gt=0, le=600, description="how "
+                                             "long the extractor's model may take to answer")
+    extractor_max_deliveries: int = Field(default=5, ge=1, le=100, description="attempts "
+                                          "at a message the extractor's model keeps failing "
+                                          "on (timeouts, rate limits) before it is "
+                                          "dead-lettered")
     lifecycle_interval_seconds: float = Field(
         default=60.0, ge=0.05, le=86_400, description="how often the lifecycle scheduler "
         "applies the space policies (expiry, retention, decay) and consolidation")
@@ -181,8 +203,10 @@ class Settings(BaseSettings):
                 "with a retryable 503 before the request itself times out")
         if self.master_key is not None:
             _master_bytes(self.master_key)
-        if self.embedder == "cohere" and not self.cohere_api_key:
-            raise ValueError("MEMLEDGER_EMBEDDER=cohere needs MEMLEDGER_COHERE_API_KEY")
+        for setting, value in (("EMBEDDER", self.embedder), ("RERANKER", self.reranker),
+                               ("EXTRACTOR", self.extractor)):
+            if value == "cohere" and not self.cohere_api_key:
+                raise ValueError(f"MEMLEDGER_{setting}=cohere needs MEMLEDGER_COHERE_API_KEY")
         return self
 
     @property

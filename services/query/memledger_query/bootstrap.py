@@ -30,10 +30,12 @@ from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import connect_index, projector_durable
 from memledger_platform.vectorindex.port import VectorIndex
+from memledger_query.core import rerank, when
 from memledger_query.core.index_progress import IndexProgress, Progress
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
-from memledger_query.entrypoints import grpc_api, lifecycle_http, retrieval_http
+from memledger_query.core.semantic import Rerank
+from memledger_query.entrypoints import forming_http, grpc_api, lifecycle_http, retrieval_http
 from memledger_query.entrypoints.http import create_app
 from memledger_query.entrypoints.semantic_http import Semantic, add_routes
 
@@ -106,10 +108,15 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     gate = open_gate(settings, dsn)
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
     recorder = IntakeRecorder()
-    semantic = Semantic(index, embedder, progress, reader, recorder=recorder)
+    reranker = rerank.from_settings(settings)
+    semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
+                        rerank=None if reranker is None else Rerank(reranker,
+                                                                    settings.rerank_depth))
+    when.warm()  # the date parser's language data, now rather than in a first search
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
     lifecycle_http.add_routes(app, reader)
+    forming_http.add_routes(app, reader)
     reads = grpc_server.tenant_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,

@@ -25,6 +25,7 @@ from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint
 from memledger_schemas.event_types import EventType
+from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
 from memledger_vectors.messages import EVENT_TYPES as MESSAGE_EVENTS
 from memledger_vectors.messages import MessageFold
@@ -36,7 +37,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.MEMORY_RETRACTED,
                EventType.MEMORY_SUPERSEDED,
                EventType.MEMORY_ARCHIVED, EventType.MEMORY_PROMOTED, EventType.MEMORY_EMBEDDED,
-               *MESSAGE_EVENTS)
+               EventType.IMPORTANCE_LEARNED, *MESSAGE_EVENTS)
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -56,14 +57,17 @@ class VectorFold:
     """Folds events into points; ``take()`` hands over the points that changed since the last
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
 
-    def __init__(self, load: Loader, model: str, *, cache_items: int = 20_000) -> None:
+    def __init__(self, load: Loader, model: str, *, sessions: Sessions | None = None,
+                 cache_items: int = 20_000) -> None:
+        """``load``: an item's points from the index; ``sessions``: a session's message points
+        from the index (the turns before a message, ``message_context``)."""
         self._load = load
         self._model = model
         self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
         self._cache_items = cache_items
         self._dirty: dict[str, IndexedPoint] = {}
         self._gone: set[str] = set()
-        self._messages = MessageFold(load, cache=cache_items)
+        self._messages = MessageFold(load, sessions=sessions, cache=cache_items)
         self.position = 0
         self.skipped_models: set[str] = set()
 
@@ -253,6 +257,8 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]]
     EventType.MEMORY_SUPERSEDED: VectorFold._superseded,
     EventType.MEMORY_ARCHIVED: VectorFold._archived,
     EventType.MEMORY_PROMOTED: VectorFold._promoted,
+    # Learned importance patches the importance from when it was learned, as a revision would.
+    EventType.IMPORTANCE_LEARNED: VectorFold._revised,
 }
 
 

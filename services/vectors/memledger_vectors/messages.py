@@ -11,7 +11,7 @@ applied again after it whenever a suffix of the log is redelivered.
 
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -19,8 +19,15 @@ from typing import Any
 from memledger_platform.crypto import ERASED
 from memledger_platform.events import Event
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import MESSAGE_KIND, MESSAGE_LAYER, OPEN, IndexedPoint
+from memledger_platform.vectorindex.port import (
+    MESSAGE_KIND,
+    MESSAGE_LAYER,
+    OPEN,
+    IndexedPoint,
+    message_text,
+)
 from memledger_schemas.event_types import EventType
+from memledger_vectors.message_context import Context, Sessions, Turn
 
 APPENDED, EMBEDDED = EventType.MESSAGE_APPENDED, EventType.MESSAGE_EMBEDDED
 EVENT_TYPES = (APPENDED, EMBEDDED)
@@ -38,8 +45,10 @@ class MessageFold:
     """Folds message events into points; ``take()`` hands over what changed since the last
     call (points to upsert whole, point ids to delete)."""
 
-    def __init__(self, load: Loader, *, cache: int = 20_000) -> None:
+    def __init__(self, load: Loader, *, sessions: Sessions | None = None,
+                 cache: int = 20_000) -> None:
         self._load = load
+        self._context = Context(sessions, cache=cache)
         self._points: OrderedDict[tuple[str, str], IndexedPoint] = OrderedDict()
         self._cache = cache
         self._dirty: dict[str, IndexedPoint] = {}
@@ -56,7 +65,11 @@ class MessageFold:
             self._dirty.pop(point_id, None)
             self._gone.add(point_id)
             return
-        point = message_point(e, subject_id, point_id, str(content))
+        session = str(e.payload["session_id"])
+        before = self._context.before(e.tenant_id, session, e.position, subject_id)
+        point = message_point(e, subject_id, point_id, str(content), before)
+        self._context.said(e.tenant_id, session, Turn(
+            e.position, subject_id, message_text(e.payload.get("participant"), str(content))))
         self._keep((e.tenant_id, message), point)
 
     def embedded(self, e: Event) -> None:
@@ -77,9 +90,11 @@ class MessageFold:
             if key[0] == tenant and point.payload.get("subject_id") == subject_id:
                 del self._points[key]
                 self._dirty.pop(point.point_id, None)
+        self._context.forget_subject(tenant, subject_id)
 
     def forget(self) -> None:
         self._points.clear()
+        self._context.forget()
         self._dirty, self._gone = {}, set()
 
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
@@ -96,9 +111,10 @@ class MessageFold:
         self._gone.discard(point.point_id)
 
 
-def message_point(e: Event, subject_id: str | None, point_id: str, content: str
-                  ) -> IndexedPoint:
-    """The point of a message appended by ``e`` (no dense vector yet)."""
+def message_point(e: Event, subject_id: str | None, point_id: str, content: str,
+                  before: Sequence[str] = ()) -> IndexedPoint:
+    """The point of a message appended by ``e`` (no dense vector yet): its keywords those of
+    the message as a reader sees it and of the turns ``before`` it (``message_context``)."""
     said = _epoch(e.valid_from or e.recorded_at)
     payload: dict[str, Any] = {
         "tenant": e.tenant_id, "item_id": str(e.payload["message_id"]),
@@ -111,7 +127,9 @@ def message_point(e: Event, subject_id: str | None, point_id: str, content: str
         "content_at": said, "valid_from": said, "valid_to": OPEN,
         "sys_from": float(e.position), "sys_to": OPEN, "archived_from": OPEN,
         "subject_id": subject_id, "layer": MESSAGE_LAYER}
-    return IndexedPoint(point_id, None, payload, sparse.encode_document(content))
+    text = message_text(e.payload.get("participant"), content)
+    return IndexedPoint(point_id, None, payload,
+                        sparse.encode_document("\n".join([*before, text])))
 
 
 def point_id_of(tenant: str, message_id: str) -> str:

@@ -10,11 +10,17 @@ import orjson
 Fact = Callable[[int], dict[str, Any]]
 
 
+class Overloaded(RuntimeError):
+    """The server answered 503 or 504: busy, or waiting for its read models too long."""
+
+
 async def post(http: aiohttp.ClientSession, path: str, body: Any,
                params: dict[str, str] | None = None) -> dict[str, Any]:
     async with http.post(path, data=orjson.dumps(body), params=params,
                          headers={"content-type": "application/json"}) as response:
         payload: dict[str, Any] = await response.json(loads=orjson.loads)
+        if response.status in (503, 504):
+            raise Overloaded(f"POST {path} -> {response.status}: {payload}")
         if response.status >= 300:
             raise RuntimeError(f"POST {path} -> {response.status}: {payload}")
         return payload

@@ -1,168 +1,151 @@
-"""``memledger bench retrieval``: search quality on answers that change over time
-(SituatedQA, temporal dev split), dense-only, keyword-only and hybrid.
+"""``memledger bench retrieval``: does search find what a conversation said, better than what
+a user could build in an afternoon? And what does the valid-time filter add?
 
-Every question's answer timeline (``situatedqa``) is loaded as facts with valid times, one
-memory per answer segment ("<question> — <answer>", valid from the date the answer is first
-given until the next answer's), through ``/v1/batch`` into a private server whose enricher
-embeds them with the local model. Then, per weighting and with ``threshold: 0`` (nothing cut):
+LoCoMo (``locomo``, the development split): each conversation is loaded into a private server
+through the public API (``conversations``), then every question of categories 1-4 is asked
+with ``POST /v1/search`` and scored on the turns that answer it (``recall``): overall and per
+category, at turn level (``turn_recall_all_at_5``, ``turn_recall_all_at_10``,
+``turn_recall_any_at_10``, ``turn_mrr``, ``turn_ndcg_at_10``) and at session level
+(``session_recall_all_at_5``, sessions ranked by their best turn), with the latency of the
+searches (``search_p50_ms``, ``search_p99_ms``, one at a time). Beside it, in the same run: the
+same metrics of baselines computed in this process over the same turns (``baselines``:
+``baseline_bm25_*``, ``baseline_dense_*`` and ``baseline_rrf_*``), and memledger's own search
+with one signal alone (``dense_only_*``, ``keyword_only_*``), which its fusion must beat.
 
-- as-of accuracy: for each (question, date) row, ``POST /v1/search`` with the question,
-  ``valid_at`` = the date and ``k: 1``; correct when the hit's answer is a gold answer of the
-  row (``as_of_accuracy_changed``: the same over rows whose answer is not the current one);
-- current-answer accuracy: the question with no ``valid_at`` (now), against the answer of the
-  question's latest date.
+SituatedQA (``situated``): accuracy of the answer that held at a date, with and without the
+valid-time filter (``situatedqa_*``). It is loaded after LoCoMo's questions are asked, so its
+statements do not change their keyword statistics.
 
-The data is read from where it lies (``--data``, ``$MEMLEDGER_BENCH_SITUATEDQA`` or
-``../shared/data/situatedqa`` beside the repository), never copied.
+The data is read from where it lies (``--data``, ``--situatedqa``, or their environment
+variables, else ``../shared/data/`` beside the repository), never copied.
 """
 
 import argparse
-import asyncio
 import os
-import time
-import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
+from memledger_cli.bench import baselines, conversations, locomo, recall, situated
 from memledger_cli.bench import situatedqa as sqa
-from memledger_cli.bench.common import Scenario, Steps, measured, private_server
-from memledger_cli.bench.load import load, post
-from memledger_cli.bench.searchable import watching
-from memledger_cli.bench.settle import wait_indexed, wait_quiet
+from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
+from memledger_cli.bench.settle import settled
 
-SPACE = "situatedqa"
-WEIGHTS: dict[str, dict[str, Any]] = {
-    "dense": {"weights": {"dense": 1, "keyword": 0}},
-    "keyword": {"weights": {"dense": 0, "keyword": 1}},
-    "hybrid": {},  # the default weights
-}
-_NAMESPACE = uuid.UUID("5d9f1c3e-8a7b-4c2d-9e1f-0a3b5c7d9e21")
+PARTS = {"dense_only": {"dense": 1, "keyword": 0}, "keyword_only": {"dense": 0, "keyword": 1}}
+"""memledger's search with one signal alone, beside the fused default (same server, same
+run): fusion must beat its best part."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None,
+                        help=f"directory of {locomo.FILE} (default: ${locomo.ENV}, else "
+                        "../shared/data/locomo-dev beside the repository)")
+    parser.add_argument("--conversations", type=_count, default=None,
+                        help="only the first N conversations (default: all)")
+    parser.add_argument("--sessions", type=_count, default=None,
+                        help="only the first N sessions of each conversation (default: all)")
+    parser.add_argument("--limit", type=_count, default=None,
+                        help="at most N questions per conversation (default: all)")
+    parser.add_argument("--store", choices=("auto", "messages", "memories"), default="auto",
+                        help="turns as messages, or as memories (auto: messages if the "
+                        "server searches them)")
+    parser.add_argument("--situatedqa", default=None,
                         help=f"directory of {sqa.FILE} (default: ${sqa.ENV}, else "
                         "../shared/data/situatedqa beside the repository)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="only the first N questions (default: all, 1,178)")
-    parser.add_argument("--clients", type=int, default=4, help="concurrent searches")
+    parser.add_argument("--situatedqa-limit", type=int, default=None,
+                        help="only the first N SituatedQA questions (0: skip that part; "
+                        "default: all)")
+    parser.add_argument("--situatedqa-distractors", type=int, default=situated.DISTRACTORS,
+                        help="unrelated statements stored beside the answers")
+    parser.add_argument("--clients", type=_count, default=4,
+                        help="concurrent searches of the SituatedQA part")
 
 
-class Loaded:
-    """The questions, their segments as items, and which answers each item gives."""
-
-    def __init__(self, questions: dict[str, list[sqa.Row]]) -> None:
-        self.questions = questions
-        self.answers: dict[str, set[str]] = {}
-        self.commands: list[dict[str, Any]] = []
-        for qid, rows in questions.items():
-            for n, segment in enumerate(sqa.timeline(rows)):
-                item = str(uuid.uuid5(_NAMESPACE, f"{qid}/{n}"))
-                self.answers[item] = segment.answers
-                self.commands.append(_assert(item, rows[0].question, segment))
-
-    def correct(self, item: str | None, gold: frozenset[str]) -> bool:
-        return item is not None and bool(self.answers[item] & gold)
-
-
-def _assert(item: str, question: str, segment: sqa.Segment) -> dict[str, Any]:
-    return {"command": "assert_memory", "space_id": SPACE, "item_id": item, "kind": "fact",
-            "content": f"{question} — {segment.shown}",
-            "valid_from": segment.valid_from.isoformat(),
-            "valid_to": segment.valid_to.isoformat() if segment.valid_to else None}
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
-    data = Loaded(sqa.questions(sqa.data_dir(args.data), args.limit))
-    rows = sum(len(r) for r in data.questions.values())
-    with Steps(total=3 + len(WEIGHTS)) as steps, \
+    talks = locomo.conversations(locomo.data_dir(args.data), count=args.conversations,
+                                 sessions=args.sessions, limit=args.limit)
+    sqa_dir = sqa.data_dir(args.situatedqa) if args.situatedqa_limit != 0 else None
+    with Steps(total=5) as steps, \
             private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
         async with aiohttp.ClientSession(server.url) as http:
-            await post(http, "/v1/spaces", {"space_id": SPACE})
-            steps.step(f"loading {len(data.commands)} answer segments of "
-                       f"{len(data.questions)} questions")
-            enriched_s = await _load_embedded(http, server.nats_url, data)
-            steps.step("waiting for the vector index, then for the server to go quiet")
-            async with http.get("/health") as health:
-                await wait_indexed(http, (await health.json())["position"])
-            await wait_quiet()
-            scores: dict[str, Any] = {}
-            for name, extra in WEIGHTS.items():
-                steps.step(f"{rows} as-of and {len(data.questions)} current searches, {name}")
-                scores[name] = await _score(http, data, extra, args.clients)
-    return {"scenario": "retrieval", "dataset": f"SituatedQA temporal dev ({sqa.FILE})",
-            "questions": len(data.questions), "rows": rows, "items": len(data.commands),
-            "rows_changed": _changed(data), "model": "local (all-MiniLM-L6-v2)", "k": 1,
-            "threshold": 0, **{f"{name}_{key}": value for name, found in scores.items()
-                               for key, value in found.items()},
-            "load_and_embed_s": round(enriched_s, 1), "cpus": os.cpu_count()}
+            store = await conversations.store_of(http, args.store)
+            steps.step(f"loading {sum(len(t.turns) for t in talks)} turns as {store}")
+            loaded = await conversations.load_all(http, server.nats_url, talks, store)
+            await settled(http)
+            steps.step(f"asking {sum(len(t.questions) for t in talks)} questions")
+            asked = await conversations.ask_all(http, loaded)
+            parts = {name: await conversations.ask_all(http, loaded, {"weights": weights})
+                     for name, weights in PARTS.items()}
+            steps.step("SituatedQA")
+            timeline = {} if sqa_dir is None else await situated.measure(
+                http, server.nats_url, sqa_dir, args.situatedqa_limit, args.clients,
+                args.situatedqa_distractors)
+    steps.step("baselines")
+    return {"scenario": "retrieval", "dataset": f"LoCoMo dev ({locomo.FILE})", "store": store,
+            "conversations": len(talks), "sessions": sum(len(t.sessions) for t in talks),
+            "turns": sum(len(t.turns) for t in talks), "questions": len(asked),
+            "k": conversations.K, "model": "local (all-MiniLM-L6-v2)",
+            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked), **timeline,
+            "cpus": os.cpu_count()}
 
 
-async def _load_embedded(http: aiohttp.ClientSession, nats_url: str, data: Loaded) -> float:
-    """Load every segment; seconds until the enricher has embedded them all."""
-    started = time.monotonic()
-    async with watching(nats_url, SPACE) as embeddings:
-        embedded = [embeddings.expect(c["item_id"]) for c in data.commands]
-        await load(http, data.commands)
-        await asyncio.wait_for(asyncio.gather(*embedded), 1_800)
-    return time.monotonic() - started
+def _scored(talks: list[locomo.Conversation], asked: list[conversations.Asked]
+            ) -> dict[str, float]:
+    """memledger's metrics, then each baseline's (``baseline_<name>_…``)."""
+    out = recall.summary(_scores(talks, [a.ranking for a in asked]))
+    for name, ranked in _baselines(talks).items():
+        out.update(recall.summary(_scores(talks, ranked), prefix=f"baseline_{name}_"))
+    return out
 
 
-def _changed(data: Loaded) -> int:
-    return sum(1 for rows in data.questions.values() for row in rows
-               if not row.answers & sqa.latest(rows).answers)
+def _parts(talks: list[locomo.Conversation], parts: dict[str, list[conversations.Asked]]
+           ) -> dict[str, float]:
+    """memledger's overall metrics with one signal alone (``<part>_…``)."""
+    out: dict[str, float] = {}
+    for name, asked in parts.items():
+        found = recall.summary(_scores(talks, [a.ranking for a in asked]), prefix=f"{name}_")
+        out.update({k: v for k, v in found.items()
+                    if k.removeprefix(f"{name}_").startswith(("turn_", "session_"))})
+    return out
 
 
-async def _score(http: aiohttp.ClientSession, data: Loaded, extra: dict[str, Any],
-                 clients: int) -> dict[str, float]:
-    as_of: list[tuple[bool, bool]] = []  # (correct, answer changed since)
-    current: list[bool] = []
-
-    def row_job(row: sqa.Row, now: frozenset[str]) -> Callable[[], Awaitable[None]]:
-        async def job() -> None:
-            top = await _top(http, row.question, extra, row.at.isoformat())
-            as_of.append((data.correct(top, row.answers), not row.answers & now))
-        return job
-
-    def current_job(rows: list[sqa.Row]) -> Callable[[], Awaitable[None]]:
-        async def job() -> None:
-            top = await _top(http, rows[0].question, extra, None)
-            current.append(data.correct(top, sqa.latest(rows).answers))
-        return job
-
-    jobs = [row_job(row, sqa.latest(rows).answers)
-            for rows in data.questions.values() for row in rows]
-    jobs += [current_job(rows) for rows in data.questions.values()]
-    await _run(jobs, clients)
-    changed = [ok for ok, moved in as_of if moved]
-    return {"as_of_accuracy": _share([ok for ok, _ in as_of]),
-            "as_of_accuracy_changed": _share(changed), "current_accuracy": _share(current)}
+def _scores(talks: list[locomo.Conversation], rankings: list[list[str]]
+            ) -> list[recall.Scored]:
+    questions = [(t, q) for t in talks for q in t.questions]
+    return [recall.score(ranking, q.evidence, {x.dia_id: str(x.session) for x in t.turns},
+                         locomo.CATEGORIES[q.category])
+            for (t, q), ranking in zip(questions, rankings, strict=True)]
 
 
-async def _top(http: aiohttp.ClientSession, question: str, extra: dict[str, Any],
-               valid_at: str | None) -> str | None:
-    body = {"query": question, "spaces": [SPACE], "k": 1, "threshold": 0, **extra}
-    if valid_at is not None:
-        body["valid_at"] = valid_at
-    answer = await post(http, "/v1/search", body)
-    return answer["results"][0]["item_id"] if answer["results"] else None
+def _baselines(talks: list[locomo.Conversation]) -> dict[str, list[list[str]]]:
+    """Each baseline's rankings, question by question in the order they were asked (each
+    conversation its own corpus)."""
+    from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
+
+    embedder = LocalMiniLmEmbedder()
+    found: dict[str, list[list[str]]] = {}
+    for talk in talks:
+        corpus = baselines.Corpus([t.dia_id for t in talk.turns],
+                                  [conversations.document(t) for t in talk.turns])
+        ranked = baselines.rankings(corpus, [q.question for q in talk.questions], embedder)
+        for name, lists in ranked.items():
+            found.setdefault(name, []).extend(lists)
+    return found
 
 
-async def _run(jobs: list[Callable[[], Awaitable[None]]], clients: int) -> None:
-    queue = iter(jobs)
-
-    async def client() -> None:
-        for job in queue:
-            await job()
-
-    await asyncio.gather(*(client() for _ in range(clients)))
+def _latency(asked: list[conversations.Asked]) -> dict[str, float]:
+    ms = [a.ms for a in asked]
+    return {"search_p50_ms": round(percentile(ms, 50), 2),
+            "search_p99_ms": round(percentile(ms, 99), 2)}
 
 
-def _share(values: list[bool]) -> float:
-    return round(sum(values) / len(values), 4) if values else float("nan")
-
-
-SCENARIO = Scenario("retrieval", "as-of and current-answer accuracy on SituatedQA (temporal), "
-                    "dense, keyword and hybrid", add_arguments, measured(_measure))
+SCENARIO = Scenario("retrieval", "recall of conversation turns on LoCoMo against BM25, dense "
+                    "and fused baselines; SituatedQA as-of accuracy with and without the "
+                    "valid-time filter", add_arguments, measured(_measure))

@@ -3,10 +3,11 @@ beside the same dense searches straight on a Qdrant Edge index holding the same 
 
 How the server is loaded (fast, and every write through the public API):
 
-- each item is asserted through ``/v1/batch`` and its vector recorded in the same batch with
+- each item is asserted through ``/v1/batch``, then its vector recorded with
   ``record_embedding``, the very command the enricher would send (same idempotency key, via
-  ``plan.commands_for``), so the server's path from there on is the real one: the
-  ``memory.embedded`` event, the vector projector, Qdrant Edge, its HNSW build;
+  ``plan.commands_for``), on the enricher's NATS intake subject (no API key may send it), so
+  the server's path from there on is the real one: the ``memory.embedded`` event, the vector
+  projector, Qdrant Edge, its HNSW build;
 - the vectors are not the model's embedding of each item (100k texts at the model's few
   hundred texts/s would take minutes): ~2,000 distinct base sentences are embedded by the
   local MiniLM model, and each item's vector is its base vector plus gaussian noise,
@@ -33,6 +34,8 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -49,7 +52,11 @@ from memledger_cli.bench.settle import (
     wait_quiet,
 )
 from memledger_enricher.plan import Source, commands_for
+from memledger_platform import bus
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
+from memledger_platform.intake_client import IntakeClient
+from memledger_schemas.commands import CommandBase
+from memledger_schemas.subjects import Subjects
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,19 +86,20 @@ class Corpus:
     def text(self, i: int) -> str:
         return corpus.item_text(i, self.bases[i % len(self.bases)])
 
-    def commands(self, start: int, stop: int) -> list[dict[str, Any]]:
-        """Items ``start..stop``: their assertions, then their embeddings."""
-        asserts = [{"command": "assert_memory", "space_id": SPACE, "item_id": self.ids[i],
-                    "kind": "fact", "content": self.text(i),
-                    "idempotency_key": f"bench/{self.ids[i]}"} for i in range(start, stop)]
-        return asserts + [self._embedding(i) for i in range(start, stop)]
+    def asserts(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Items ``start..stop`` as assertions (``/v1/batch`` bodies)."""
+        return [{"command": "assert_memory", "space_id": SPACE, "item_id": self.ids[i],
+                 "kind": "fact", "content": self.text(i),
+                 "idempotency_key": f"bench/{self.ids[i]}"} for i in range(start, stop)]
 
-    def _embedding(self, i: int) -> dict[str, Any]:
+    def embeddings(self, start: int, stop: int) -> list[CommandBase]:
+        """Their embeddings, as the enricher records them."""
+        return [self._embedding(i) for i in range(start, stop)]
+
+    def _embedding(self, i: int) -> CommandBase:
         source = Source(TENANT, SPACE, uuid.UUID(self.ids[i]), 1, self.text(i), self.ids[i])
-        found = [c for c in commands_for(source, self.vectors[i].tolist(), self.model)
-                 if c.model_fields["command"].default == "record_embedding"]
-        # the server sets the actor from the credential (a client naming one is refused)
-        return found[0].model_dump(mode="json", exclude_none=True, exclude={"actor"})
+        return next(c for c in commands_for(source, self.vectors[i].tolist(), self.model)
+                    if c.model_fields["command"].default == "record_embedding")
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,8 +110,9 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
                                    data.query_vectors[WARMUP:], 10)
         with private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
             await pause_enricher(server.nats_url)
-            async with aiohttp.ClientSession(server.url) as http:
-                result = await _server_phases(http, data, exact, args, steps)
+            async with aiohttp.ClientSession(server.url) as http, \
+                    enricher_intake(server.nats_url) as intake:
+                result = await _server_phases(http, intake, data, exact, args, steps)
         steps.step(f"raw Qdrant Edge: {args.items} points, HNSW, the same dense searches")
         result.update(raw_phase(data, exact))
     return {"scenario": "search", "items": args.items, "queries": args.queries,
@@ -112,12 +121,13 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
-async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[list[int]],
-                         args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
+async def _server_phases(http: aiohttp.ClientSession, intake: IntakeClient, data: Corpus,
+                         exact: list[list[int]], args: argparse.Namespace, steps: Steps
+                         ) -> dict[str, Any]:
     await post(http, "/v1/spaces", {"space_id": SPACE})
-    steps.step(f"loading {args.items} items and their vectors through /v1/batch")
+    steps.step(f"loading {args.items} items (/v1/batch) and their vectors (intake)")
     started = time.monotonic()
-    last, timeouts = await _load(http, data, args.clients)
+    last, timeouts = await _load(http, intake, data, args.clients)
     load_s = time.monotonic() - started
     steps.step("waiting for the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
@@ -147,22 +157,42 @@ def _per_query_ms(before: float | None, after: float | None, count: int) -> floa
     return round((after - before) * 1000 / count, 2)
 
 
-async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tuple[int, int]:
-    """Write every item in batches of 500 items + 500 embeddings; (the last position, how
-    many batches timed out and were sent again: every command has an idempotency key)."""
+async def _load(http: aiohttp.ClientSession, intake: IntakeClient, data: Corpus,
+                clients: int) -> tuple[int, int]:
+    """Write every item in batches of 500 items, then their 500 embeddings; (the last
+    position, how many batches timed out and were sent again: every command has an
+    idempotency key)."""
     starts = iter(range(0, len(data.ids), 500))
     last = timeouts = 0
 
     async def client() -> None:
         nonlocal last, timeouts
         for start in starts:
-            body = {"commands": data.commands(start, min(start + 500, len(data.ids)))}
-            while (answer := await _batch(http, body)) is None:
+            stop = min(start + 500, len(data.ids))
+            body = {"commands": data.asserts(start, stop)}
+            while await _batch(http, body) is None:
                 timeouts += 1
-            last = max(last, answer["results"][-1]["position"])
+            recorded = await intake.send(TENANT, data.embeddings(start, stop))
+            refused = [r for r in recorded if "position" not in r]
+            if refused:
+                raise RuntimeError(f"record_embedding refused: {refused[0]}")
+            last = max([last, *(int(r["position"]) for r in recorded)])
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return last, timeouts
+
+
+@asynccontextmanager
+async def enricher_intake(nats_url: str) -> AsyncIterator[IntakeClient]:
+    """An intake client sending as memledger's enricher."""
+    nc = await bus.connect(nats_url, "bench-search")
+    intake = IntakeClient(nc, nc.jetstream(), Subjects(), "enricher")
+    await intake.start()
+    try:
+        yield intake
+    finally:
+        await intake.close()
+        await nc.close()
 
 
 async def _batch(http: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any] | None:

@@ -33,18 +33,24 @@ from memledger_schemas.subjects import HDR_POSITION, Subjects
 POLL_S = 0.05
 
 
+EMBEDDED = (EventType.MEMORY_EMBEDDED, EventType.MESSAGE_EMBEDDED)
+"""The events that say a memory item, or a message, has its embedding."""
+
+
 class Embeddings:
-    """The positions of ``memory.embedded`` events, by item id, as they are published."""
+    """The positions of embedding events, by item or message id, as they are published."""
 
     def __init__(self) -> None:
         self._futures: dict[str, asyncio.Future[int]] = {}
 
     def expect(self, item_id: str) -> "asyncio.Future[int]":
-        """The position of the item's embedding (a future made before or after it came)."""
+        """The position of the item's (or message's) embedding (a future made before or
+        after it came)."""
         return self._future(item_id)
 
     async def on_event(self, msg: Msg) -> None:
-        future = self._future(str(orjson.loads(msg.data)["payload"]["item_id"]))
+        payload = orjson.loads(msg.data)["payload"]
+        future = self._future(str(payload.get("item_id") or payload["message_id"]))
         if not future.done():
             future.set_result(int((msg.headers or {})[HDR_POSITION]))
 
@@ -57,8 +63,9 @@ async def watching(nats_url: str, space: str) -> Any:
     """Embedding events of ``space`` (tenant ``default``) while the block runs."""
     nc = await nats.connect(nats_url)
     embeddings = Embeddings()
-    await nc.subscribe(Subjects().event("default", space, EventType.MEMORY_EMBEDDED),
-                       cb=embeddings.on_event)
+    for event_type in EMBEDDED:
+        await nc.subscribe(Subjects().event("default", space, event_type),
+                           cb=embeddings.on_event)
     try:
         yield embeddings
     finally:

@@ -111,3 +111,10 @@ async def wait_indexed(http: aiohttp.ClientSession, position: int, limit: float 
             if response.status not in (503, 504):  # not yet; or the request timed out
                 raise RuntimeError(f"search -> {response.status}")
     raise RuntimeError(f"the vector index did not reach position {position} in {limit:.0f}s")
+
+
+async def settled(http: aiohttp.ClientSession) -> None:
+    """Once the vector index holds everything written so far and the server went quiet."""
+    async with http.get("/health") as health:
+        await wait_indexed(http, (await health.json())["position"])
+    await wait_quiet()

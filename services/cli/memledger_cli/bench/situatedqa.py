@@ -8,7 +8,6 @@ that comes back after another makes a segment of its own. Answers are compared n
 it shares any gold answer with it.
 """
 
-import os
 import re
 import unicodedata
 from collections import defaultdict
@@ -19,9 +18,10 @@ from typing import Any
 
 import orjson
 
+from memledger_cli.bench.datasets import located
+
 FILE = "qa_data_temp.dev.jsonl"
 ENV = "MEMLEDGER_BENCH_SITUATEDQA"
-_REPO = Path(__file__).resolve().parents[4]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Row:
     """The row gives the date an answer started (``date_type == "start"``)."""
     shown: str
     """The first gold answer as written (spacing normalised)."""
+    asked: str = ""
+    """The question as the data rephrases it for its date ("... as of 2019"), if it does."""
 
 
 @dataclass
@@ -48,15 +50,8 @@ class Segment:
 
 def data_dir(option: str | None) -> Path:
     """The data directory: the option, else ``$MEMLEDGER_BENCH_SITUATEDQA``, else
-    ``../shared/data/situatedqa`` beside the repository; an error naming all three if the
-    file is not there."""
-    chosen = option or os.environ.get(ENV) or str(_REPO / ".." / "shared" / "data" /
-                                                  "situatedqa")
-    path = Path(chosen).expanduser()
-    if not (path / FILE).is_file():
-        raise SystemExit(f"bench retrieval: {path / FILE} not found. Pass --data DIR or set "
-                         f"{ENV} to the directory holding SituatedQA's {FILE}.")
-    return path
+    ``../shared/data/situatedqa`` beside the repository."""
+    return located(option, ENV, "situatedqa", FILE, "--situatedqa")
 
 
 def normalise(answer: str) -> str:
@@ -80,7 +75,7 @@ def row_of(raw: dict[str, Any]) -> Row | None:
         return None
     shown = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", raw["answer"][0])).strip()
     return Row(str(raw["id"]), raw["question"], at, answers, raw.get("date_type") == "start",
-               shown)
+               shown, str(raw.get("edited_question") or ""))
 
 
 def questions(path: Path, limit: int | None = None) -> dict[str, list[Row]]:
@@ -107,6 +102,18 @@ def timeline(rows: list[Row]) -> list[Segment]:
                 current.valid_to = row.at
             segments.append(Segment(row.at, row.shown, set(row.answers)))
     return segments
+
+
+_ASKING = re.compile(
+    r"^(?:who|whom|whose|what|which|when|where|why|how(?: many| much| long| old| often)?)"
+    r"(?:\s+(?:is|are|was|were|did|does|do|has|have|had|will|would|can))?\s+", re.IGNORECASE)
+
+
+def statement(question: str, answer: str) -> str:
+    """A question's answer as a statement: the question without its asking words, then the
+    answer ("who won the world cup" -> "won the world cup: France")."""
+    topic = _ASKING.sub("", question.strip().rstrip("?")).strip() or question.strip()
+    return f"{topic}: {answer}"
 
 
 def latest(rows: list[Row]) -> Row:

@@ -5,7 +5,8 @@
 - An audited retrieval is sealed under every subject whose data it touched: the command's
   ``subject_id``, its session's subject, and the subject of each memory it showed (by a key
   derived from all of theirs, ``crypto.combined``), so erasing any one of them erases the
-  query. One that touched no subject's data falls back to ``space:<space_id>``.
+  query. One that touched no subject's data falls back to ``space:<space_id>``. A theme's
+  label is sealed the same way, under the subjects of its members.
 - With a keyring, an idempotency key is stored (in the envelope and the idempotency table)
   as the keyring's keyed digest: a client's key may name a person, and the log keeps it.
 """
@@ -14,9 +15,9 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from memledger_ingest.domain.streams import StreamState
-from memledger_ingest.domain.targets import retrieval_reads
+from memledger_ingest.domain.targets import retrieval_reads, theme_reads
 from memledger_platform.crypto import Keyring
-from memledger_schemas.commands import CommandBase, RecordRetrieval
+from memledger_schemas.commands import CommandBase, RecordRetrieval, RecordTheme
 
 
 def subjects_of(cmd: CommandBase, stream: StreamState | None, space_id: str,
@@ -24,8 +25,9 @@ def subjects_of(cmd: CommandBase, stream: StreamState | None, space_id: str,
     """The data subjects whose keys seal a personal event of ``cmd`` on a stream in state
     ``stream`` (``states``: those the command read); the first is the envelope's
     ``subject_id``. Never empty."""
-    if isinstance(cmd, RecordRetrieval):
-        found = [cmd.subject_id] + [s.subject for ref in retrieval_reads(cmd)
+    if isinstance(cmd, RecordRetrieval | RecordTheme):
+        reads = retrieval_reads(cmd) if isinstance(cmd, RecordRetrieval) else theme_reads(cmd)
+        found = [cmd.subject_id] + [s.subject for ref in reads
                                     if (s := states.get(ref.stream_id(tenant))) is not None]
         touched = list(dict.fromkeys(s for s in found if s is not None))
         return touched or [f"space:{space_id}"]

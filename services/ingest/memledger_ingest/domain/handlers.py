@@ -164,7 +164,7 @@ def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: Strea
     payload = e.MemoryAsserted(
         item_id=item_id, kind=cmd.kind, content=cmd.content, triple=cmd.triple,
         confidence=cmd.confidence, importance=cmd.importance, tags=cmd.tags,
-        sources=cmd.sources, layer=layer)
+        sources=cmd.sources, layer=layer, derivation=getattr(cmd, "derivation", None))
     ids = {"item_id": str(item_id)}
     also = _revise_beliefs(cmd, ctx, lookup, space, item_id, layer, ids)
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids,
@@ -397,6 +397,30 @@ def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
                     {"retrieval_id": str(cmd.retrieval_id)}, session_id=cmd.session_id)
 
 
+def _record_theme(cmd: c.RecordTheme, ctx: Context, lookup: Lookup, cur: StreamState | None
+                  ) -> Decision:
+    _active_space(lookup, cmd.space_id)
+    if cur is not None:
+        _existing(cur, cmd.space_id, "theme", cmd.theme_id)
+    for member in cmd.members:
+        _existing(lookup(StreamRef("item", str(member))), cmd.space_id, "memory item", member)
+    fields = {"theme_id": cmd.theme_id, "label": cmd.label, "members": cmd.members,
+              "size": cmd.size, "threshold": cmd.threshold,
+              "policy_version": cmd.policy_version}
+    payload = e.ThemeFormed(**fields) if cur is None else e.ThemeUpdated(**fields)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,),
+                    {"theme_id": str(cmd.theme_id)})
+
+
+def _learn_importance(cmd: c.LearnImportance, ctx: Context, lookup: Lookup,
+                      cur: StreamState | None) -> Decision:
+    _live_item(lookup, lookup(StreamRef("item", str(cmd.item_id))), cmd.space_id, cmd.item_id)
+    payload = e.MemoryImportanceLearned(item_id=cmd.item_id, importance=cmd.importance,
+                                        prior=cmd.prior, signals=cmd.signals,
+                                        reason=cmd.reason)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
 def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     # Tenant-wide, and repeatable: erasing again (new data written since) is another event.
@@ -462,4 +486,8 @@ def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, P
             return _record_retrieval(cmd, ctx, lookup, cur)
         case c.EraseSubject():
             return _erase_subject(cmd, ctx, lookup, cur)
+        case c.RecordTheme():
+            return _record_theme(cmd, ctx, lookup, cur)
+        case c.LearnImportance():
+            return _learn_importance(cmd, ctx, lookup, cur)
     raise TypeError(f"unknown command {type(cmd).__name__}")

@@ -10,7 +10,8 @@ from uuid import UUID, uuid5
 from memledger_schemas.event_types import EventType
 
 StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
-                     "enrichment", "preference", "subject", "slot", "retrieval"]
+                     "enrichment", "preference", "subject", "slot", "retrieval", "theme",
+                     "importance"]
 Status = Literal["active", "archived", "ended", "superseded", "retracted"]
 
 _NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")

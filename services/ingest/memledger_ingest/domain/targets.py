@@ -106,6 +106,11 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PL
             return StreamRef("preference", str(cmd.source_item_id))
         case c.RecordRetrieval():
             return StreamRef("retrieval", str(cmd.retrieval_id))
+        case c.RecordTheme():
+            return StreamRef("theme", str(cmd.theme_id))
+        case c.LearnImportance():
+            # Not the item's stream either: learning must not fail a client's expected_version.
+            return StreamRef("importance", str(cmd.item_id))
     raise TypeError(f"unknown command {type(cmd).__name__}")
 
 
@@ -125,8 +130,10 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911 
         case c.AssertRelation():
             return (entity_ref(cmd.space_id, cmd.source_entity),
                     entity_ref(cmd.space_id, cmd.target_entity))
-        case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities():
+        case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities() | c.LearnImportance():
             return (StreamRef("item", str(cmd.item_id)),)
+        case c.RecordTheme():
+            return theme_reads(cmd)
         case c.RecordRetrieval():
             return retrieval_reads(cmd)
         case c.RecordMessageEmbedding():
@@ -140,6 +147,12 @@ def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
     session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
     items = dict.fromkeys(StreamRef("item", r.ref) for r in cmd.results if _is_uuid(r.ref))
     return session + tuple(items)
+
+
+def theme_reads(cmd: c.RecordTheme) -> tuple[StreamRef, ...]:
+    """The items of a theme: each must be in its space, and their data subjects seal its
+    label."""
+    return tuple(dict.fromkeys(StreamRef("item", str(m)) for m in cmd.members))
 
 
 def _is_uuid(text: str) -> bool:

@@ -15,12 +15,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, Router
+from starlette.routing import Mount, Route, Router
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memledger_ingest.core.erasure import Erasure, LegalHold
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import DomainError
 from memledger_ingest.entrypoints.access import actor_of, client_refusal
+from memledger_ingest.entrypoints.openapi_doc import finish
 from memledger_ingest.entrypoints.problems import (
     Problem,
     batch_body,
@@ -82,7 +84,24 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
 
     routes.append(Route("/health", health_route, methods=["GET"], name="health"))
     routes.append(Route("/openapi.json", openapi_route, methods=["GET"], name="openapi"))
-    return Router(routes=routes)
+    return Router(routes=routes, default=_no_route)
+
+
+def behind(app: Router, also: ASGIApp) -> None:
+    """Serve ``also`` behind ``app``'s routes (the embedded mode: the query app behind
+    ingest's), for every path: a mount's pattern takes no newline, and such a path would meet
+    an ingest route of another method instead (a plain-text 405)."""
+    mount = Mount("/", app=also)
+    mount.path_regex = re.compile(mount.path_regex.pattern, re.DOTALL)
+    app.routes.append(mount)
+
+
+async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
+    """A path no route takes (ingest on its own; ``behind`` takes the rest in the embedded
+    mode): a problem like every other refusal, not Starlette's plain-text 404."""
+    problem = Problem(404, "not_found", "no such route", ({"path": "path", "reason":
+                                                           "no such route"},))
+    await _json(404, problem.body())(scope, receive, send)
 
 
 Resolver = Callable[[Request], Awaitable[Principal]]
@@ -311,11 +330,12 @@ def openapi(erase_path: str | None = None) -> dict[str, Any]:
     paths["/health"] = {"get": {"operationId": "health", "responses": {
         "200": {"description": "the service, its writer and its relay lag"},
         "503": {"description": "the writer is stuck: a commit has run past its deadline"}}}}
-    return {"openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
-            "paths": paths, "components": {"schemas": _components(), "securitySchemes": {
-                "apiKey": {"type": "http", "scheme": "bearer",
-                           "description": "mlk_… (MEMLEDGER_AUTH=required)"}}},
-            "security": [{"apiKey": []}, {}]}
+    return finish({
+        "openapi": "3.1.0", "info": {"title": "memledger ingest", "version": "1"},
+        "paths": paths, "components": {"schemas": _components(), "securitySchemes": {
+            "apiKey": {"type": "http", "scheme": "bearer",
+                       "description": "mlk_… (MEMLEDGER_AUTH=required)"}}},
+        "security": [{"apiKey": []}, {}]})
 
 
 def _operation(body: type[BaseModel], result: type[BaseModel], name: str,

@@ -308,7 +308,7 @@ _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
 
 
 _SUBJECTS = ("item_id", "session_id", "entity_id", "relation_id", "feedback_id", "agent_id",
-             "retrieval_id")
+             "retrieval_id", "theme_id")
 
 
 def subject_of(e: Event) -> str:

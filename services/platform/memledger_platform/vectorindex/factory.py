@@ -1,7 +1,7 @@
-"""The vector index the settings ask for: Qdrant Edge under the data directory, in a process of
-its own (embedded), or a Qdrant server (``MEMLEDGER_QDRANT_URL``). One index per embedding
-model: vectors of two models cannot be compared, so changing the model starts a new index,
-filled from the log.
+"""The vector index the settings ask for: Qdrant Edge under the data directory, in a process
+of its own (embedded), or a Qdrant server (``MEMLEDGER_QDRANT_URL``). One index per embedding
+model and keyword encoding: vectors of two models cannot be compared, nor terms of two
+encodings, so changing either starts a new index, filled from the log.
 
 The vector projector (the vectors service) owns the embedded index: ``open_index`` starts its
 process. Readers (query) reach the same index with ``connect_index``, over the socket that
@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from memledger_platform.settings import Settings
+from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import VectorIndex
 
 VECTORS_DURABLE = "projector-vectors"
@@ -23,14 +24,20 @@ def model_slug(model_id: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model_id.lower()).strip("-")[:48]
 
 
+def index_slug(model_id: str) -> str:
+    """The name of the index of ``model_id``'s vectors and the keyword encoding's terms (its
+    directory or collection, and its projector's durable consumer)."""
+    return f"{model_slug(model_id)}-{sparse.ENCODING}"
+
+
 def projector_durable(model_id: str) -> str:
     """The name under which the index of ``model_id`` is fed and its progress recorded."""
-    return f"{VECTORS_DURABLE}-{model_slug(model_id)}"
+    return f"{VECTORS_DURABLE}-{index_slug(model_id)}"
 
 
 def index_path(settings: Settings, model_id: str) -> Path:
     """Where the embedded index of ``model_id`` keeps its shard."""
-    return settings.home.expanduser() / "vectors" / model_slug(model_id)
+    return settings.home.expanduser() / "vectors" / index_slug(model_id)
 
 
 def index_address(settings: Settings, model_id: str) -> Path:
@@ -67,4 +74,4 @@ def _server_index(settings: Settings, model_id: str, dims: int) -> VectorIndex:
     from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
 
     return QdrantServerVectorIndex(QdrantClient(url=settings.qdrant_url),
-                                   f"{settings.qdrant_collection}-{model_slug(model_id)}", dims)
+                                   f"{settings.qdrant_collection}-{index_slug(model_id)}", dims)

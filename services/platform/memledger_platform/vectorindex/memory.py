@@ -14,6 +14,9 @@ from memledger_platform.vectorindex.port import (
     VectorIndex,
     idf,
     in_scope,
+    matches,
+    oldest_first,
+    session_conditions,
     stored_payload,
 )
 
@@ -51,6 +54,10 @@ class InMemoryVectorIndex(VectorIndex):
         return sorted((p for p in self._points.values()
                        if p.payload["tenant"] == tenant and p.payload.get("item_id") == item_id),
                       key=lambda p: p.point_id)
+
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        return oldest_first([p for p in self._points.values()
+                             if matches(p.payload, session_conditions(tenant, session, before))])
 
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         gone = [k for k, p in self._points.items()

@@ -93,6 +93,8 @@ class Scope:
     """Message roles, any of (items have none: a role filter finds messages only)."""
     participant: str | None = None
     """Who said it (items have no participant: this finds messages only)."""
+    items: tuple[str, ...] = ()
+    """Only these items (a theme's members), any of; empty: every item."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,11 @@ class VectorIndex(ABC):
         sparse vector and its dense vector as stored: unit-length (cosine keeps direction)."""
 
     @abstractmethod
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        """The message points of ``session`` in ``tenant`` appended before position
+        ``before`` (``sys_from < before``), oldest first, as ``points`` returns them."""
+
+    @abstractmethod
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         """Remove every point of a data subject (payload ``subject_id``) in ``tenant``, from
         the engine's files too, not only from its answers; how many there were (an erasure's
@@ -164,6 +171,13 @@ class VectorIndex(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional: most adapters hold nothing to release)
         """Release resources (flushing what is pending)."""
+
+
+def message_text(participant: str | None, content: str) -> str:
+    """A message as a reader sees it, ``"<participant>: <content>"`` (the content alone when
+    nobody is named): what of a message is indexed and embedded. A question names the person
+    ("what did Caroline research?"), the message that answers it is hers but rarely says so."""
+    return f"{participant}: {content}" if participant else content
 
 
 def idf(total: int, containing: int) -> float:
@@ -222,7 +236,8 @@ def conditions(scope: Scope) -> list[Condition]:
     if scope.position is not None:
         found.append(Condition("sys_from", "lte", position))
     for key, values in (("space", scope.spaces), ("kind", scope.kinds), ("tags", scope.tags),
-                        ("layer", scope.layers), ("role", scope.roles)):
+                        ("layer", scope.layers), ("role", scope.roles),
+                        ("item_id", scope.items)):
         if values:
             found.append(Condition(key, "any", list(values)))
     for key, value in (("session", scope.session), ("agent", scope.agent),
@@ -241,6 +256,33 @@ def item_conditions(tenant: str, item_id: str) -> list[Condition]:
     return [Condition("tenant", "eq", tenant), Condition("item_id", "eq", item_id)]
 
 
+def session_conditions(tenant: str, session: str, before: int) -> list[Condition]:
+    """The message points of one session appended before a position (what
+    ``session_messages`` reads)."""
+    return [Condition("tenant", "eq", tenant), Condition("session", "eq", session),
+            Condition("kind", "eq", MESSAGE_KIND), Condition("sys_from", "lte", before - 1)]
+
+
+def matches(payload: dict[str, Any], found: list[Condition]) -> bool:
+    """Whether ``payload`` meets every condition (a missing key meets none, as in Qdrant)."""
+    return all(_meets(payload.get(c.key), c) for c in found)
+
+
+def _meets(value: Any, c: Condition) -> bool:
+    if value is None:
+        return False
+    if c.op == "eq":
+        return bool(value == c.value)
+    if c.op == "any":
+        held = set(value) if isinstance(value, list | tuple) else {value}
+        return bool(held & set(c.value))
+    return bool(value <= c.value) if c.op == "lte" else bool(value > c.value)
+
+
+def oldest_first(points: list[IndexedPoint]) -> list[IndexedPoint]:
+    return sorted(points, key=lambda p: (float(p.payload["sys_from"]), p.point_id))
+
+
 def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
     """The scope as a predicate: the in-memory adapter's filter, and the spec of the others."""
     position = _position(scope)
@@ -253,6 +295,7 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (not scope.layers or payload.get("layer") in scope.layers)
             and (not scope.roles or payload.get("role") in scope.roles)
             and (scope.participant is None or payload.get("participant") == scope.participant)
+            and (not scope.items or payload["item_id"] in scope.items)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
             and payload["sys_from"] <= position < payload["sys_to"]
             and position < payload.get("archived_from", OPEN))

@@ -24,6 +24,8 @@ from memledger_platform.vectorindex.port import (
     complete_payloads,
     conditions,
     item_conditions,
+    oldest_first,
+    session_conditions,
     stored_payload,
     subject_conditions,
 )
@@ -107,6 +109,15 @@ class QdrantEdgeVectorIndex(VectorIndex):
                 more, offset = self._scroll(where, offset)
                 found += more
         return sorted((_point(r) for r in found), key=lambda p: p.point_id)
+
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        where = _filter(session_conditions(tenant, session, before))
+        with self._lock:
+            found, offset = self._scroll(where, None)
+            while offset is not None:
+                more, offset = self._scroll(where, offset)
+                found += more
+        return oldest_first([_point(r) for r in found])
 
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         where = _filter(subject_conditions(tenant, subject_id))

@@ -61,6 +61,10 @@ class ForwardedVectorIndex(VectorIndex):
         found: list[IndexedPoint] = self._call("points", tenant, item_id)
         return found
 
+    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
+        found: list[IndexedPoint] = self._call("session_messages", tenant, session, before)
+        return found
+
     def delete_subject(self, tenant: str, subject_id: str) -> int:
         return int(self._call("delete_subject", tenant, subject_id))
 

@@ -8,9 +8,17 @@ only which terms it asks for.
 
 import hashlib
 import re
+import threading
 from collections import Counter, defaultdict
 
+import Stemmer
+
 from memledger_platform.vectorindex.port import SparseVector
+
+ENCODING = "snowball-en"
+"""How documents and queries become terms (these stopwords, English Snowball stems, these term
+indices). A vector index holds the terms of one encoding: it is part of the index's name
+(``factory.index_slug``), so another encoding starts a new index, filled from the log."""
 
 STOPWORDS = frozenset({
     "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
@@ -32,24 +40,30 @@ _POSSESSIVE = re.compile(r"['\u2019]s\b")
 
 def tokens(text: str) -> list[str]:
     """Lowercase word tokens of ``text`` (unicode letters and digits), without stopwords and
-    one-character tokens, lightly stemmed (see ``stem``). Order and repeats are kept."""
-    words = re.findall(r"\w+", _POSSESSIVE.sub("", text.lower()))
-    stems = (stem(w) for w in words if w not in STOPWORDS)
+    one-character tokens, stemmed (see ``stem``). Order and repeats are kept."""
+    stems = (stem(w) for w in plain_words(text))
     return [s for s in stems if len(s) > 1]
 
 
+def plain_words(text: str) -> list[str]:
+    """The lowercase words of ``text`` as written, without stopwords and one-character words
+    (what a label shows a person; ``tokens`` stems them). Order and repeats are kept."""
+    found = re.findall(r"\w+", _POSSESSIVE.sub("", text.lower()))
+    return [w for w in found if w not in STOPWORDS and len(w) > 1]
+
+
+_STEMMERS = threading.local()
+
+
 def stem(word: str) -> str:
-    """Plural to singular, and nothing more: "queries" -> "query", "classes" -> "class",
-    "items" -> "item"; words in "ss", "us" or "is" ("class", "status", "analysis") keep their
-    "s". The length guards keep short words ("yes", "gas") whole. (The possessive "'s" goes
-    before tokenising, since ``\\w+`` splits on the apostrophe.)"""
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
-        return word[:-1]
-    return word
+    """The English Snowball (Porter 2) stem of a lowercase word, so that the forms of a word
+    meet: "painted", "painting" and "paints" are "paint"; "queries" and "query" are "queri".
+    (The possessive "'s" goes before tokenising, since ``\\w+`` splits on the apostrophe.)
+    One stemmer per thread: a PyStemmer stemmer is not safe to share between threads."""
+    stemmer: Stemmer.Stemmer | None = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+    return str(stemmer.stemWord(word))
 
 
 def term_index(token: str) -> int:

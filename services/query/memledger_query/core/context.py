@@ -1,6 +1,7 @@
 """Packing an agent's context: pure. Sections in priority order (the current session's turns,
 the memories relevant to the query, the relevant earlier turns of other sessions, standing
-preferences and steering rules, recent history),
+preferences, steering rules and what is believed about the people involved, recent history,
+the space's themes),
 each given its share of the token budget; what a section leaves unused passes to the next.
 The bundle never exceeds the budget: every entry and header is counted before it is taken, and
 the rendered text is exactly the taken parts joined, so it costs no more than their sum.
@@ -16,12 +17,14 @@ from dataclasses import dataclass, field
 
 TOKENIZER = "chars/4"
 
-ORDER = ("session", "memories", "conversations", "preferences", "history")
+ORDER = ("session", "memories", "conversations", "preferences", "history", "themes")
 TITLES = {"session": "## Current session", "memories": "## Relevant memories",
           "conversations": "## Earlier conversations",
-          "preferences": "## Preferences and rules", "history": "## Recent history"}
+          "preferences": "## Preferences and rules", "history": "## Recent history",
+          "themes": "## Themes"}
 DEFAULT_SHARES = {"session": 1_000, "memories": 500, "conversations": 500, "preferences": 300,
-                  "history": 1_500}
+                  "history": 1_500, "themes": 0}
+"""Themes come last, with no share of their own: they fill what the others leave."""
 
 
 def tokens(text: str) -> int:

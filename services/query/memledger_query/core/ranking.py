@@ -1,16 +1,28 @@
 """Ranking search candidates: pure, so a ranking can be explained and repeated.
 
 The recipe is data (``Recipe``): how dense and keyword relevance are fused, how fast each kind
-of memory fades, how much importance, confidence and learned utility count, and when two hits
-are the same memory. Relevance is what a mode's threshold cuts on; the final score orders the
-results:
+of memory fades, how much importance, confidence, learned utility and time named in the query
+count, and when two hits are the same memory. Relevance is what a mode's threshold cuts on
+(its weights calibrated the thresholds); the fused score, weighted as measured on the
+retrieval benchmark, orders the results:
 
-    relevance = dense_weight * max(cosine, 0) + keyword_weight * bm25 / (bm25 + keyword_half)
+    dense     = max(cosine, 0);  keyword = bm25 / (bm25 + keyword_half)
+    relevance = dense_weight * dense + keyword_weight * keyword
+    fused     = order_dense_weight * dense + order_keyword_weight * keyword
     decay     = 0.5 ** (age_days / half_life_days[kind])       (computed now, never stored)
-    final     = relevance * (1 - recency_weight + recency_weight * decay)
-                          * (1 + importance_weight * (importance - 0.5))
-                          * (1 - confidence_weight * (1 - confidence))
-                          * (1 + utility_weight * (2 * utility - 1))
+    final     = fused * (1 - recency_weight + recency_weight * decay)
+                      * (1 + importance_weight * (importance - 0.5))
+                      * (1 - confidence_weight * (1 - confidence))
+                      * (1 + utility_weight * (2 * utility - 1))
+                      * (1 + time_weight * nearness)
+                      * (1 + session_weight * session_keyword)
+
+``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
+said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
+none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
+same search from its session (its own included), 0 for anything else: a conversation that
+talks about the query's words lifts every turn of it that the search found, so a turn that
+answers by meaning alone ("Adoption agencies.") rises with the session that names the topic.
 
 Learned utility is a Beta(1, 1) estimate of "this item helps" from the item's signals as of the
 search's basis (``feedback.recorded`` and ``memory.reaffirmed`` at or before its position):
@@ -33,9 +45,13 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from memledger_query.core import when
+
 Mode = Literal["execution", "planning", "brainstorming"]
 
 _DAY = 86_400.0
+MESSAGE = "message"
+"""The kind of a conversation message's hit (the only hits a session lifts)."""
 
 
 @dataclass(frozen=True)
@@ -57,17 +73,30 @@ MODES: dict[str, ModeDefaults] = {
 class Recipe:
     dense_weight: float = 0.7
     keyword_weight: float = 0.3
+    """Relevance's weights: what the modes' thresholds were calibrated with."""
+    order_dense_weight: float = 0.3
+    order_keyword_weight: float = 0.7
+    """The fused score's weights, which order hits: measured on the retrieval benchmark
+    (docs/search.md), where they rank better than either signal alone and than 0.7 / 0.3."""
     keyword_half: float = 4.0
     """The BM25 score that counts as half relevant (BM25 is unbounded; this maps it to 0..1)."""
+    time_weight: float = 0.6
+    """How far a hit whose valid time meets a period named in the query moves up."""
     recency_weight: float = 0.2
     importance_weight: float = 0.2
     confidence_weight: float = 0.3
     utility_weight: float = 0.3
     """How far learned utility moves a score (0: feedback does not count)."""
+    session_weight: float = 0.5
+    """How far a message moves up with the best keyword match of its session among the
+    candidates (``session_keyword``); 0: a message ranks on its own words alone."""
     duplicate_cosine: float = 0.95
     half_life_days: dict[str, float] = field(default_factory=lambda: {
         "decision": 365.0, "correction": 365.0, "steering_rule": 730.0, "procedure": 365.0,
-        "preference": 180.0, "fact": 180.0, "observation": 30.0, "episode": 14.0})
+        "preference": 180.0, "fact": 180.0, "observation": 30.0, "episode": 14.0,
+        # What was said stays worth finding: a conversation's early sessions are asked about
+        # as much as its last.
+        "message": 365.0})
     default_half_life_days: float = 30.0
 
 
@@ -135,6 +164,15 @@ class Factors(NamedTuple):
     signals: Signals
     utility: float
     useful: float
+    fused: float = 0.0
+    nearness: float = 0.0
+    timely: float = 1.0
+    rerank: float | None = None
+    """The reranker's score, which took the fused score's place (``rerank``); None: not
+    reranked."""
+    session_keyword: float = 0.0
+    session: float = 1.0
+    """The factor ``session_keyword`` makes."""
 
 
 @dataclass(frozen=True)
@@ -156,28 +194,41 @@ class Ranked:
         return {
             "dense": round(f.dense, 6), "keyword_bm25": round(f.raw_keyword, 6),
             "keyword": round(f.keyword, 6), "relevance": round(self.relevance, 6),
+            "fused": round(f.fused, 6), "time_nearness": round(f.nearness, 6),
+            "time_factor": round(f.timely, 6),
+            "session_keyword": round(f.session_keyword, 6), "session_factor": round(f.session, 6),
             "age_days": round(f.age_days, 3), "half_life_days": f.half_life_days,
             "decay": round(f.decay, 6), "recency_factor": round(f.recency, 6),
             "importance_factor": round(f.importance, 6),
             "confidence_factor": round(f.confidence, 6), **_explain_signals(f.signals),
             "utility": round(f.utility, 6), "utility_factor": round(f.useful, 6),
+            **({} if f.rerank is None else {"rerank": round(f.rerank, 6)}),
             "score": round(self.score, 6)}
 
 
 def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float,
-         signals: Mapping[str, Signals] | None = None) -> list[Ranked]:
+         signals: Mapping[str, Signals] | None = None,
+         periods: tuple[when.Period, ...] = ()) -> list[Ranked]:
     """Every candidate scored, best first (ties broken by item id, so a ranking repeats);
-    ``signals``: the feedback of candidates by item id (none: no feedback)."""
+    ``signals``: the feedback of candidates by item id (none: no feedback); ``periods``: the
+    periods the query names (``when.resolve``). A message's score counts the best keyword
+    match of its session among ``candidates`` (``session_keywords``)."""
     known = signals or {}
-    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS)) for c in candidates),
+    sessions = session_keywords(candidates, recipe)
+    return sorted((score(c, recipe, now, known.get(c.item_id, NO_SIGNALS), periods,
+                         _in(sessions, c)) for c in candidates),
                   key=lambda r: (-r.score, r.candidate.item_id))
 
 
-def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS) -> Ranked:
+def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS,
+          periods: tuple[when.Period, ...] = (), session_keyword: float = 0.0) -> Ranked:
+    """``c`` scored; ``session_keyword``: the best keyword match of its session, if a
+    message (``session_keywords``)."""
     dense = max(c.dense or 0.0, 0.0)
     raw_keyword = c.keyword or 0.0
-    keyword = raw_keyword / (raw_keyword + recipe.keyword_half) if raw_keyword > 0 else 0.0
+    keyword = _keyword(raw_keyword, recipe)
     relevance = recipe.dense_weight * dense + recipe.keyword_weight * keyword
+    fused = recipe.order_dense_weight * dense + recipe.order_keyword_weight * keyword
     p = c.payload
     half_life = recipe.half_life_days.get(str(p.get("kind")), recipe.default_half_life_days)
     age_days = max(0.0, now - float(p.get("content_at") or now)) / _DAY
@@ -187,10 +238,42 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     confidence = 1 - recipe.confidence_weight * (1 - float(p.get("confidence", 1.0)))
     learned = utility(signals)
     useful = 1 + recipe.utility_weight * (2 * learned - 1)
-    final = relevance * recency * importance * confidence * useful
+    near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0))
+    timely = 1 + recipe.time_weight * near
+    session = 1 + recipe.session_weight * session_keyword
+    final = fused * recency * importance * confidence * useful * timely * session
     return Ranked(c, relevance, final, Factors(
         dense, raw_keyword, keyword, age_days, half_life, decay, recency, importance,
-        confidence, signals, learned, useful))
+        confidence, signals, learned, useful, fused, near, timely,
+        session_keyword=session_keyword, session=session))
+
+
+def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[str, float]:
+    """The best ``keyword`` of each session among the messages of ``candidates`` (none when
+    ``session_weight`` is 0)."""
+    best: dict[str, float] = {}
+    if recipe.session_weight <= 0:
+        return best
+    for c in candidates:
+        session = _session_of(c)
+        if session is not None and c.keyword:
+            best[session] = max(best.get(session, 0.0), _keyword(c.keyword, recipe))
+    return best
+
+
+def _keyword(raw: float, recipe: Recipe) -> float:
+    """BM25 mapped to 0..1: ``keyword_half`` counts as half relevant."""
+    return raw / (raw + recipe.keyword_half) if raw > 0 else 0.0
+
+
+def _in(sessions: Mapping[str, float], c: Candidate) -> float:
+    session = _session_of(c)
+    return 0.0 if session is None else sessions.get(session, 0.0)
+
+
+def _session_of(c: Candidate) -> str | None:
+    session = c.payload.get("session")
+    return str(session) if c.payload.get("kind") == MESSAGE and session is not None else None
 
 
 def _explain_signals(signals: Signals) -> dict[str, float]:

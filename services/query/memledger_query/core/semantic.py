@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
+from memledger_query.core import when
 from memledger_query.core.ranking import (
     Candidate,
     Ranked,
@@ -18,6 +19,7 @@ from memledger_query.core.ranking import (
     collapse,
     rank,
 )
+from memledger_query.core.rerank import Reranker, reorder
 
 OVERFETCH = 4
 """Candidates fetched per result wanted, from each of dense and keyword search: ranking
@@ -26,6 +28,14 @@ MIN_CANDIDATES = 40
 
 SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
 """The feedback of the given item ids (as of the search's basis), by item id."""
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """A reranker and how many of a layer's best hits it reorders."""
+
+    reranker: Reranker
+    depth: int
 
 
 @dataclass(frozen=True)
@@ -48,20 +58,26 @@ class Found:
 
 QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
 """The query's embedding (``None``: dense search off), or a callable waiting for it."""
+Periods = tuple[when.Period, ...] | Callable[[], tuple[when.Period, ...]]
+"""The periods the query names, or a callable waiting for them."""
 
 
 def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
-           subject: str | None = None, signals: SignalLookup | None = None) -> list[Found]:
+           subject: str | None = None, signals: SignalLookup | None = None,
+           periods: Periods = (), rerank: Rerank | None = None) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one. ``signals`` is asked once, for every layer's candidates. The
-    keyword searches come first: an embedding still under way is waited for only after them."""
+    repeated in a later one. ``signals`` is asked once, for every layer's candidates;
+    ``periods`` are the periods the query names; ``rerank`` reorders each layer's best hits
+    (``rerank.reorder``). The keyword searches come first: an embedding (or periods) still
+    under way is waited for only after them."""
     query = sparse.encode_query(text)
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
     fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
                 if _about(c, subject) and _outside(c, layer.other_than_session)]
                for layer, found in zip(layers, keyword, strict=True)]
+    named = periods() if callable(periods) else periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = signals(wanted) if signals is not None and wanted else {}
     seen: set[str] = set()
@@ -69,7 +85,10 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
-        ranked = [r for r in rank(fresh, recipe, now, known) if r.relevance >= threshold]
+        ranked = [r for r in rank(fresh, recipe, now, known, named)
+                  if r.relevance >= threshold]
+        if rerank is not None and ranked:
+            ranked = reorder(ranked, text, rerank.reranker, rerank.depth)
         kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))

@@ -64,10 +64,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "no API key, or an unknown or revoked one"),
         (403, "the key's role or space grants do not allow it"),
         (404, "unknown space, item or session (including another tenant's)"),
+        (413, "a body over MEMLEDGER_HTTP_MAX_BODY_BYTES"),
         (415, "a body that is not labelled as JSON (Content-Type)"),
         (429, "over a rate limit: retry after Retry-After seconds"),
         (503, "not_yet_visible: the read models did not reach min_position within wait_ms; "
-              "audit_failed: an audited search or context call could not be recorded"))}
+              "audit_failed: an audited search or context call could not be recorded"),
+        (504, "no answer within MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS"))}
 """Documented on every route (found missing by schemathesis: the app answered them, the
 OpenAPI document only listed 200 and 422)."""
 
@@ -119,10 +121,16 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
     _routes(app, reader, store, default_tenant, opener)
-    from memledger_query.entrypoints import console_http, listing, session_http
+    from memledger_query.entrypoints import (  # built on this
+        console_http,
+        listing,
+        session_http,
+        stats,
+    )
 
     app.include_router(listing.router(reader))
     app.include_router(session_http.router(reader))
+    app.include_router(stats.router(reader))
     app.include_router(console_http.router())
     return app
 

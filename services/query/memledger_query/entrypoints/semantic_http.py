@@ -11,7 +11,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
@@ -26,19 +26,22 @@ from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query.core import context as packing
 from memledger_query.core import (
     context_views,
+    forming_context,
     message_views,
     retrievals,
     signal_views,
     steering,
     vector_summary,
     views,
+    when,
 )
 from memledger_query.core.index_progress import Progress
 from memledger_query.core.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_query.core.recorder import NoRecorder, Recorder
-from memledger_query.core.semantic import Layer, QueryVector, SignalLookup
+from memledger_query.core.semantic import Layer, Periods, QueryVector, Rerank, SignalLookup
 from memledger_query.core.semantic import search as semantic_search
+from memledger_query.entrypoints.forming_http import theme_members
 from memledger_query.entrypoints.http import Problem, Tenant, _json, principal, within_head
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.semantic import (
@@ -50,6 +53,7 @@ from memledger_schemas.api.semantic import (
     SearchHit,
     SearchRequest,
     TimeTravel,
+    TimeWindow,
     Window,
 )
 
@@ -71,6 +75,8 @@ class Semantic:
     recipe: Recipe = field(default_factory=Recipe)
     recorder: Recorder = field(default_factory=NoRecorder)
     """Where audited retrievals are recorded (through ingest)."""
+    rerank: Rerank | None = None
+    """A reranker of each layer's best hits (none: off)."""
 
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
@@ -86,9 +92,19 @@ class Semantic:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._searching, call)
 
+    def periods_soon(self, query: str, at: datetime) -> "Future[tuple[when.Period, ...]]":
+        """The periods ``query`` names at ``at``, under way (none if time does not count): the
+        date parser runs while the index is read (it holds the GIL; the index's process and
+        the model do not)."""
+        if self.recipe.time_weight <= 0:
+            done: Future[tuple[when.Period, ...]] = Future()
+            done.set_result(())
+            return done
+        return self._embedding.submit(when.resolve, query, at)
+
     def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
-        if body.weights.dense <= 0:
+        if body.weights is not None and body.weights.dense <= 0:
             done: Future[Sequence[float] | None] = Future()
             done.set_result(None)
             return done
@@ -123,9 +139,10 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
     vector = semantic.embed_soon(body)
     try:
         at = await _basis(semantic, body)
+        periods = semantic.periods_soon(body.query, at.valid_at)
         await _wait_read_model(semantic, body, at)
         audit, body, answer = await semantic.run(_search_as_audited, semantic, tenant,
-                                                 body, at, granted, vector)
+                                                 body, at, granted, (vector, periods))
     finally:
         vector.cancel()  # unless under way (a refused request does not wait for it)
     if not audit:
@@ -153,7 +170,10 @@ def _actor(who: Principal) -> str:
 
 
 def _policy(semantic: Semantic) -> str:
-    return policy_version(semantic.recipe, semantic.embedder.model_id)
+    models = semantic.embedder.model_id
+    if semantic.rerank is not None:
+        models += f" reranked by {semantic.rerank.reranker.model_id}/{semantic.rerank.depth}"
+    return policy_version(semantic.recipe, models)
 
 
 def _within_grants(who: Principal, body: SearchRequest) -> SearchRequest:
@@ -204,40 +224,70 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 # --- search -----------------------------------------------------------------------------------
 
 def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-                       granted: Sequence[str], vector: "Future[Sequence[float] | None]"
+                       granted: Sequence[str], under_way: tuple[
+                           "Future[Sequence[float] | None]", "Future[tuple[when.Period, ...]]"]
                        ) -> tuple[bool, SearchRequest, SearchAnswer]:
     """Whether the search is audited, the request it runs (pinned to its basis if so) and its
-    answer: one trip to a worker thread for the policy lookup and the search."""
+    answer: one trip to a worker thread for the policy lookup and the search. ``under_way``:
+    the query's embedding and the periods it names, being computed."""
     audit, signalled = retrievals.search_gates_now(semantic.reader, tenant, body.audit,
                                                    body.spaces)
     body = retrievals.pinned(body, at) if audit else body
+    vector, periods = under_way
     return audit, body, _search(semantic, tenant, body, at, granted, vector.result,
-                                signalled=signalled)
+                                signalled=signalled, periods=periods.result)
 
 
 def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
             granted: Sequence[str] = (), vector: QueryVector = None, *,
-            signalled: bool = True) -> SearchAnswer:
+            signalled: bool = True, periods: Periods | None = None) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
     the ecosystem layer. ``vector``: the query's embedding, if computed already.
-    ``signalled``: whether the tenant has any feedback (if not, none is looked up)."""
+    ``signalled``: whether the tenant has any feedback (if not, none is looked up).
+    ``periods``: the periods the query names, if under way already."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
-    recipe = Recipe(**{**semantic.recipe.__dict__, "dense_weight": body.weights.dense,
-                       "keyword_weight": body.weights.keyword})
+    recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.embed_query(body.query)
+    named = _named(body.query, at, recipe, periods)
+    members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
     found = semantic_search(semantic.index, vector, body.query,
-                            _layers(tenant, body, at, body.k or mode.k, granted), recipe,
+                            _layers(tenant, body, at, body.k or mode.k, granted, members),
+                            recipe,
                             threshold=threshold, now=at.valid_at.timestamp(),
                             subject=body.subject,
-                            signals=_signals(semantic, tenant, at, recipe, signalled))
+                            signals=_signals(semantic, tenant, at, recipe, signalled),
+                            periods=named, rerank=semantic.rerank)
     ranked = [r for layer in found for r in layer.hits]
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
     hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
-                        model=semantic.embedder.model_id, results=hits, collapsed=collapsed)
+                        model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
+                        time_windows=[TimeWindow.of(p) for p in named()])
+
+
+def _named(query: str, at: Basis, recipe: Recipe, under_way: Periods | None
+           ) -> Callable[[], tuple[when.Period, ...]]:
+    """The periods ``query`` names (none when time does not count), resolved once, when
+    first asked: ``under_way`` if given, else here."""
+    if recipe.time_weight <= 0:
+        return lambda: ()
+    if under_way is None:
+        return functools.cache(lambda: when.resolve(query, at.valid_at))
+    return functools.cache(under_way) if callable(under_way) else (lambda: under_way)
+
+
+def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:
+    """The recipe with the request's weights, which set both what is kept (relevance) and the
+    order; without any, relevance keeps its calibrated weights and the order its measured
+    ones. (A recorded request says which it was, so its replay ranks the same.)"""
+    if body.weights is None:
+        return recipe
+    dense, keyword = body.weights.dense, body.weights.keyword
+    return replace(recipe, dense_weight=dense, keyword_weight=keyword,
+                   order_dense_weight=dense, order_keyword_weight=keyword)
 
 
 def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signalled: bool
@@ -249,8 +299,8 @@ def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signall
     return lambda ids: semantic.reader.run(signal_views.signals, tenant, ids, at.position)
 
 
-def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str]
-            ) -> list[Layer]:
+def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str],
+            members: tuple[str, ...] = ()) -> list[Layer]:
     """Session memory is found only by naming its session: never in a project's or the
     ecosystem's results unless promoted (``memory.promoted``). Messages are found with the
     project's memory (layer "conversation"), and by naming their session."""
@@ -260,7 +310,8 @@ def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequen
                      else (at.position if body.recorded_at is not None else None),
                      spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
                      session=None if session is None else str(session), agent=body.agent_id,
-                     layers=layers, roles=body.roles, participant=body.participant)
+                     layers=layers, roles=body.roles, participant=body.participant,
+                     items=members)
 
     if body.scope == "filtered":
         layers = () if body.session_id is not None else ("project", CONVERSATION, "ecosystem")
@@ -329,7 +380,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     history = [e for e in reads["history"] if e.ref not in shown]
     sections = packing.pack({"session": reads["session"], "memories": memories,
                              "conversations": earlier, "preferences": reads["preferences"],
-                             "history": history},
+                             "history": history, "themes": reads["themes"]},
                             body.budget_tokens, body.shares.model_dump())
     return ContextAnswer(
         basis=at, budget_tokens=body.budget_tokens,
@@ -367,8 +418,10 @@ def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Bas
         rules, steering.candidates(conn, s, tenant, space, at))
                    + [packing.Entry(f"- {p.category}: {p.value}", p.source_item_id,
                                     p.confidence) for p in extracted])
+    profiles = forming_context.profile_entries(conn, s, tenant, space, at)
     history = [packing.Entry(f"- [{i.kind}] {i.content}", i.item_id)
                for i in context_views.recent_items(conn, s, tenant, space, at)
                if i.kind not in ("preference", "steering_rule")]
-    return {"session": turns, "preferences": preferences, "history": history,
+    return {"session": turns, "preferences": preferences + profiles, "history": history,
+            "themes": forming_context.theme_entries(conn, s, tenant, space, at),
             "last_user_message": last_user}
