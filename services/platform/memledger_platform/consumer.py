@@ -362,8 +362,10 @@ class Consumer:
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Handle and settle fetched messages as ``run`` would (for callers that fetch)."""
-        await self._ordered(msgs, asyncio.Event()) if self._spec.ordered else (
-            await self._unordered(msgs, asyncio.Event()))
+        if self._spec.ordered:
+            await self._ordered(msgs, asyncio.Event())
+        else:
+            await self._unordered(msgs, asyncio.Event())
 
 
 async def _dead_letter_all(batch: Batch, reason: str) -> None:
