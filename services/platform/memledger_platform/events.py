@@ -8,7 +8,7 @@ and upcasts the payload to the current version of its event type with the regist
 (``memledger_schemas.upcasting``). A handler therefore sees only current payload shapes.
 """
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -81,8 +81,11 @@ def decode(source: bytes | dict[str, Any], *, position: int | None = None,
     if opener is not None:
         document = opener(document)
     event_type = document["event_type"]
-    version, payload = _current(event_type, document.get("schema_version"),
-                                document["payload"])
+    version, payload = document.get("schema_version"), document["payload"]
+    if version is None:  # an envelope written by hand (tests): taken as current
+        version = CURRENT_VERSION.get(event_type, 1)
+    elif (event_type, version) in UPCASTERS:
+        version, payload = upcast(event_type, version, payload)
     return Event(
         document["global_position"] if position is None else position,
         _instant(document["recorded_at"]) or datetime.min if recorded_at is None
@@ -90,22 +93,10 @@ def decode(source: bytes | dict[str, Any], *, position: int | None = None,
         event_type, str(document["event_id"]), document["tenant_id"], document["space_id"],
         document["actor"], _text(document.get("session_id")), document.get("agent_id"),
         _instant(document.get("valid_from")), _instant(document.get("valid_to")), payload,
-        version, _text(document.get("stream_id")), int(document.get("stream_version") or 0),
+        version, document.get("stream_id"), document.get("stream_version", 0),
         document.get("subject_id"), document.get("key_id"), document.get("idempotency_key"),
         document.get("correlation_id"), document.get("causation_id"),
         document.get("traceparent"))
-
-
-def _current(event_type: str, version: int | None, payload: Mapping[str, Any]
-             ) -> tuple[int, dict[str, Any]]:
-    """The payload at its current version (itself when it already is: no copy)."""
-    if version is None:  # an envelope written by hand (tests): taken as current
-        version = CURRENT_VERSION.get(event_type, 1)
-    elif (event_type, version) in UPCASTERS:
-        return upcast(event_type, version, payload)
-    if not isinstance(payload, dict):
-        raise TypeError(f"payload must be an object, not {type(payload).__name__}")
-    return version, payload
 
 
 def _instant(value: Any) -> datetime | None:
