@@ -19,7 +19,7 @@ from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
 from memledger_ingest.entrypoints import grpc_api
 from memledger_ingest.entrypoints.http import behind, create_app
 from memledger_ingest.entrypoints.intake import Intake
-from memledger_platform import bus, grpc_server, http_server, telemetry
+from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.endpoints import Endpoints, endpoints_from
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
@@ -149,6 +149,7 @@ async def run(settings: Settings) -> None:
 
     endpoints = endpoints_from(settings)
     telemetry.configure(settings, "memledger-ingest")
+    await deployment.check(settings, endpoints.postgres_dsn, endpoints.nats_url)
     await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce),
                               grace_seconds=settings.stop_grace_seconds)
 

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memledger_platform import bus, receipts, telemetry
+from memledger_platform import bus, deployment, receipts, telemetry
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.factory import model_of
@@ -105,5 +105,6 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
     telemetry.configure(settings, "memledger-vectors")
+    await deployment.check(settings, dsn, url)
     await run_until_signalled(lambda stop: serve(settings, dsn, url, stop),
                               grace_seconds=settings.stop_grace_seconds)

@@ -44,10 +44,9 @@ log = logging.getLogger(__name__)
 DURABLE = VECTORS_DURABLE
 ACK_WAIT_SECONDS = 30.0
 FLUSH_SECONDS = 30.0
-"""Under steady writes, how often the index is flushed. A flush holds the GIL for tens of
-milliseconds whatever it writes, stalling every request of the process (it showed in the
-p99 of writes when done every few seconds). What it costs is replay: a restart re-derives
-the events since the last flush (idempotently)."""
+"""Under steady writes, how often the index is flushed. Rarely, because a flush holds the GIL
+whatever it writes, stalling every request of the process (ADR 0006). What it costs is
+replay: a restart re-derives the events since the last flush (idempotently)."""
 OPTIMIZE_AFTER_POINTS = 1_000
 
 Erased = Callable[[str, str, int, int], None]

@@ -19,7 +19,7 @@ from memledger_platform.crypto import ERASED
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import Recorder, RecordingFailed
 from memledger_query.core.retrieval_views import audited_by_policy, search_gates
-from memledger_query.entrypoints.http import Problem
+from memledger_query.entrypoints.http import RETRY_AFTER_SECONDS, Problem
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.retrievals import Difference, RetrievalRecord, Shown
 from memledger_schemas.api.semantic import (
@@ -123,7 +123,7 @@ async def _record(recorder: Recorder, tenant: str, command: RecordRetrieval) -> 
         return (await recorder.record(tenant, command)).position
     except RecordingFailed as failed:
         raise Problem(503, "audit_failed", f"the retrieval could not be recorded, so it is "
-                      f"not answered: {failed}") from None
+                      f"not answered: {failed}", retry_after_seconds=RETRY_AFTER_SECONDS) from None
 
 
 # --- replay ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from memledger_query.core import retrievals
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_query.core.retrieval_views import retrieval
 from memledger_query.entrypoints.http import (
+    RETRY_AFTER_SECONDS,
     MinPosition,
     Problem,
     Tenant,
@@ -61,7 +62,8 @@ async def _recorded(reader: Reader, who: Principal, retrieval_id: str,
         await reader.wait_for(min_position, wait_ms)
     except NotYetVisible as late:
         raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                      projected_position=late.reached) from None
+                      projected_position=late.reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
     found = await asyncio.to_thread(reader.run, retrieval, who.tenant, ident)
     if found is None or not _may_read(who, found.spaces):
         raise Problem(404, "not_found", f"retrieval {ident} not found")

@@ -42,7 +42,14 @@ from memledger_query.core.recorder import NoRecorder, Recorder
 from memledger_query.core.semantic import Layer, Periods, QueryVector, Rerank, SignalLookup
 from memledger_query.core.semantic import search as semantic_search
 from memledger_query.entrypoints.forming_http import theme_members
-from memledger_query.entrypoints.http import Problem, Tenant, _json, principal, within_head
+from memledger_query.entrypoints.http import (
+    RETRY_AFTER_SECONDS,
+    Problem,
+    Tenant,
+    _json,
+    principal,
+    within_head,
+)
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.semantic import (
     ContextAnswer,
@@ -201,7 +208,8 @@ async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
     if wanted is not None and not await semantic.progress.wait_for(wanted, body.wait_ms / 1000):
         reached = await semantic.progress.reached()
         raise Problem(503, "not_yet_visible", f"the vector index reached position {reached}, "
-                      f"not {wanted}, in time", "body.min_position", projected_position=reached)
+                      f"not {wanted}, in time", "body.min_position", projected_position=reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS)
     valid_at = body.valid_at or datetime.now(UTC)
     position, recorded_at = body.as_of_position, None
     if body.recorded_at is not None and position is None:
@@ -218,7 +226,8 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
         await semantic.reader.wait_for(max(at.position, body.min_position or 0), body.wait_ms)
     except NotYetVisible as late:
         raise Problem(503, "not_yet_visible", str(late), "body.min_position",
-                      projected_position=late.reached) from None
+                      projected_position=late.reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
 
 
 # --- search -----------------------------------------------------------------------------------
