@@ -24,13 +24,13 @@ from memledger_platform.events import decode
 from memledger_platform.eventstore import EventStore
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core.vector_summary import (
-    SUMMARY_PATH,
     Digests,
     Row,
     SpaceDigest,
     point_row,
     summarize,
 )
+from memledger_schemas.api.vectors import SUMMARY_PATH
 from memledger_vectors.fold import EVENT_TYPES, VectorFold
 
 Progress = Callable[[int, int], None]

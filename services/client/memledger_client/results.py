@@ -3,11 +3,13 @@ the query service's own models (so client and server cannot disagree on a field)
 
 from pydantic import BaseModel, ConfigDict
 
+from memledger_schemas.api.erasure import ErasureReceipt as SubjectErasure
 from memledger_schemas.api.forming import ProfileAnswer, Theme, ThemeList
 from memledger_schemas.api.reads import (
     AgentList,
     AgentSummary,
     Basis,
+    ChainAnswer,
     Change,
     ChangePage,
     Conversation,
@@ -19,6 +21,7 @@ from memledger_schemas.api.reads import (
     Item,
     ItemAnswer,
     ItemList,
+    MergeSuggestions,
     Message,
     Neighbour,
     Neighbours,
@@ -32,6 +35,7 @@ from memledger_schemas.api.reads import (
     SpaceStats,
     SpaceSummary,
 )
+from memledger_schemas.api.retrievals import ReplayAnswer, RetrievalRecord
 from memledger_schemas.api.semantic import ContextAnswer as ServerContextAnswer
 from memledger_schemas.api.semantic import (
     ContextEntry,
@@ -41,12 +45,14 @@ from memledger_schemas.api.semantic import (
     Window,
 )
 from memledger_schemas.api.semantic import SearchAnswer as ServerSearchAnswer
+from memledger_schemas.api.vectors import VectorSummary
 
 __all__ = [
     "AgentList",
     "AgentSummary",
     "Basis",
     "BatchResult",
+    "ChainAnswer",
     "Change",
     "ChangePage",
     "ContextAnswer",
@@ -61,6 +67,7 @@ __all__ = [
     "Item",
     "ItemAnswer",
     "ItemList",
+    "MergeSuggestions",
     "Message",
     "Neighbour",
     "Neighbours",
@@ -69,6 +76,8 @@ __all__ = [
     "ProfileAnswer",
     "Rectangle",
     "Relation",
+    "ReplayAnswer",
+    "RetrievalRecord",
     "SearchAnswer",
     "SearchHit",
     "SessionList",
@@ -76,9 +85,11 @@ __all__ = [
     "SpaceList",
     "SpaceStats",
     "SpaceSummary",
+    "SubjectErasure",
     "Theme",
     "ThemeList",
     "Turn",
+    "VectorSummary",
     "Window",
     "WriteResult",
 ]

@@ -93,8 +93,8 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
         behind(app, also)
     service.writer.start()
     writes = grpc_server.principal_resolver(gate.gate, "write")
-    grpc_apis = [grpc_api.registrar(service.writer, writes)]
-    if also_grpc is not None:
+    grpc_apis = [grpc_api.registrar(service.writer, writes, service.erasure)]
+    if also_grpc is not None:  # embedded mode: the query API on the same port
         grpc_apis.append(also_grpc)
     rpc, grpc_address = await grpc_server.start(
         grpc_apis, settings.http_host, settings.grpc_port,

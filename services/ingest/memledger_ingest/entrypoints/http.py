@@ -38,6 +38,7 @@ from memledger_platform import telemetry
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.jsonbody import is_json, repeated_key
 from memledger_platform.limits import retry_after
+from memledger_schemas.api.erasure import ErasureReceipt
 from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
 from memledger_schemas.types import SLUG_PATTERN, ShortText
 
@@ -298,19 +299,6 @@ class EraseRequest(BaseModel):
     Needs an admin key for the whole tenant."""
 
     reason: str | None = None
-
-
-class ErasureReceipt(BaseModel):
-    """What an erasure destroyed and recorded, and what each read model purged by then."""
-
-    tenant: str
-    subject_id: str
-    keys_destroyed: list[str]
-    spaces: list[str]
-    position: int
-    event_id: str
-    purged: dict[str, Any] | None = None
-    complete: bool | None = None
 
 
 def openapi(erase_path: str | None = None) -> dict[str, Any]:
