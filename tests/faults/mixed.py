@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from tests.faults.load import post_until_definitive, stop_writers
+
 SPACE = "mixed-{worker}"
 BATCH = 100
 CYCLE = ("assert", "revise", "message", "assert", "feedback", "subject", "retract", "assert",
@@ -26,7 +28,6 @@ CYCLE = ("assert", "revise", "message", "assert", "feedback", "subject", "retrac
          "subject")
 """One worker's writes, in turn; every ``ERASE_EVERY``-th cycle ends with an erasure."""
 ERASE_EVERY = 2
-RETRY_PAUSE_SECONDS = 0.2
 
 
 def token(worker: int, subject: int) -> str:
@@ -133,13 +134,7 @@ class MixedLoad:
 
     def stop(self, settle_seconds: float = 180.0) -> Ledger:
         """Stop writing; wait for the writes in flight to settle (``settle_seconds`` at most)."""
-        self._stop.set()
-        deadline = time.monotonic() + settle_seconds
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._give_up.set()
-        for thread in self._threads:
-            thread.join()
+        stop_writers(self._threads, self._stop, self._give_up, settle_seconds)
         return self.ledger
 
     def side(self) -> "_Worker":
@@ -301,20 +296,11 @@ class MixedLoad:
 
     def _settle(self, client: httpx.Client, path: str, body: dict[str, Any]
                 ) -> tuple[httpx.Response | None, int]:
-        """Post until the answer is definitive; return it (None: given up) and the attempts."""
-        attempts = 0
-        while not self._give_up.is_set():
-            attempts += 1
-            try:
-                response = client.post(path, json=body)
-            except httpx.TransportError:
-                response = None
-            if response is not None and not _transient(response.status_code):
-                return response, attempts
-            with self.ledger.lock:
-                self.ledger.retries += 1
-            self._give_up.wait(RETRY_PAUSE_SECONDS)
-        return None, attempts
+        return post_until_definitive(client, path, body, self._give_up, self._retried)
+
+    def _retried(self) -> None:
+        with self.ledger.lock:
+            self.ledger.retries += 1
 
     def _record(self, write: Write) -> None:
         with self.ledger.lock:
@@ -340,10 +326,6 @@ def _effects(op: str, body: dict[str, Any], result: dict[str, Any]) -> list[Effe
         return [Effect(e, p, signal=True) for e, p in pairs]
     item = str(result["ids"].get("item_id", ""))
     return [Effect(e, p, item_id=item) for e, p in pairs]
-
-
-def _transient(status: int) -> bool:
-    return status == 429 or status >= 500
 
 
 Op = Callable[[MixedLoad, httpx.Client, _Worker], None]
