@@ -114,8 +114,10 @@ class MixedLoad:
     """``workers`` threads, each writing about ``rate`` commands a second until ``stop``."""
 
     def __init__(self, url: str, headers: dict[str, str], workers: int = 3,
-                 rate: float = 5.0) -> None:
+                 rate: float = 5.0, batch_every: int = 2) -> None:
+        """``batch_every``: a worker sends its batch of 100 in one cycle of so many."""
         self.url, self.headers = url, headers
+        self.batch_every = batch_every
         self.workers = workers
         self.interval = 1.0 / rate
         self.ledger = Ledger()
@@ -137,7 +139,7 @@ class MixedLoad:
         stop_writers(self._threads, self._stop, self._give_up, settle_seconds)
         return self.ledger
 
-    def side(self) -> "_Worker":
+    def side(self) -> _Worker:
         """A worker of the test thread's own (its own space and session), for a fault's
         writes: ``burst`` and ``erase_subject``."""
         with self.ledger.lock:
@@ -145,13 +147,16 @@ class MixedLoad:
             number = 100 + self._sides
         return self._open(number)
 
-    def burst(self, worker: "_Worker", batches: int) -> None:
-        """``batches`` batches of 100 memories, one after another."""
+    def burst(self, worker: _Worker, batches: int) -> list[Effect]:
+        """``batches`` batches of 100 memories, one after another; the events they made."""
+        made: list[Effect] = []
         with self._client() as client:
             for _ in range(batches):
-                self._batch(client, worker)
+                if (write := self._batch(client, worker)) is not None:
+                    made += write.effects
+        return made
 
-    def erase_subject(self, worker: "_Worker", memories: int) -> None:
+    def erase_subject(self, worker: _Worker, memories: int) -> None:
         """``memories`` memories about a new subject of ``worker``, then its erasure."""
         with self._client() as client:
             for _ in range(memories):
@@ -179,7 +184,8 @@ class MixedLoad:
                     return
                 started = time.monotonic()
                 op = CYCLE[step % len(CYCLE)]
-                OPS[op](self, client, worker)
+                if op != "batch" or worker.cycles % self.batch_every == 0:
+                    OPS[op](self, client, worker)
                 if step % len(CYCLE) == len(CYCLE) - 1:
                     self._end_cycle(client, worker)
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
@@ -244,9 +250,9 @@ class MixedLoad:
                 "idempotency_key": self._key(worker, "feedback"), "item_id": worker.live[-1],
                 "signal": "rating", "rating": 4})
 
-    def _batch(self, client: httpx.Client, worker: _Worker) -> None:
+    def _batch(self, client: httpx.Client, worker: _Worker) -> Write | None:
         key = self._key(worker, "batch")
-        self._write(client, "batch", "/v1/batch", {"commands": [
+        return self._write(client, "batch", "/v1/batch", {"commands": [
             {"command": "assert_memory", "space_id": worker.space, "kind": "observation",
              "idempotency_key": f"{key}-{n}", "content": f"batch {key} line {n}: flow nominal"}
             for n in range(BATCH)]}, key=key)
@@ -328,7 +334,7 @@ def _effects(op: str, body: dict[str, Any], result: dict[str, Any]) -> list[Effe
     return [Effect(e, p, item_id=item) for e, p in pairs]
 
 
-Op = Callable[[MixedLoad, httpx.Client, _Worker], None]
+Op = Callable[[MixedLoad, httpx.Client, _Worker], object]
 OPS: dict[str, Op] = {
     "assert": MixedLoad._assert, "subject": MixedLoad._subject, "revise": MixedLoad._revise,
     "retract": MixedLoad._retract, "supersede": MixedLoad._supersede,

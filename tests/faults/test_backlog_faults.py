@@ -105,7 +105,7 @@ def _section(run: Run, plan: BacklogPlan, table: str) -> str:
 def test_a_projector_killed_behind_a_backlog_and_an_interrupted_erasure_lose_nothing(
         tmp_path: Path, results_tables: list[str]) -> None:
     plan = BacklogPlan(faults=("projector", "erasure"), backlog=400, seed=_seed())
-    _check(_run(tmp_path / "home", plan, workers=2, rate=3.0), "reduced", plan,
+    _check(_run(tmp_path / "home", plan, workers=2, rate=2.0), "reduced", plan,
            results_tables)
 
 
@@ -113,6 +113,6 @@ def test_a_projector_killed_behind_a_backlog_and_an_interrupted_erasure_lose_not
 @pytest.mark.timeout(5_400)
 def test_every_consumer_killed_behind_thousands_of_events_loses_and_repeats_nothing(
         tmp_path: Path, results_tables: list[str]) -> None:
-    plan = BacklogPlan(faults=FULL, backlog=3_000, seed=_seed())
-    _check(_run(tmp_path / "home", plan, workers=3, rate=5.0), "backlog-faults", plan,
+    plan = BacklogPlan(faults=FULL, backlog=2_000, seed=_seed())
+    _check(_run(tmp_path / "home", plan, workers=3, rate=3.0), "backlog-faults", plan,
            results_tables)
