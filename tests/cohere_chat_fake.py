@@ -27,6 +27,7 @@ class FakeChat(FakeCohere):
         self.raw: str | None = None
         """Answer this text to everything instead (malformed output)."""
         self.delay = 0.0
+        """Seconds each reply takes (a slow model; a test of timeouts sets it)."""
 
     def _answer(self, auth: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         said = body.get("messages", [{}])[-1].get("content", "")

@@ -24,6 +24,7 @@ async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 10.0,  
 
 
 def eventually_sync(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
+    """``eventually`` for a check that is not a coroutine (a thread of its own may run it)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -32,6 +33,33 @@ def eventually_sync(check: Callable[[], T], timeout: float = 10.0, interval: flo
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
+
+
+def holds(check: Callable[[], Awaitable[T | None]], what: str = ""
+          ) -> Callable[[], Awaitable[T]]:
+    """``check`` as an ``eventually`` check when it answers rather than asserts: a result that
+    is not true (``False``, ``None``, an empty list) means not yet; ``what`` is the message
+    when it never holds."""
+    async def asserted() -> T:
+        found = await check()
+        assert found, what or _answered(check, found)
+        return found
+
+    return asserted
+
+
+def holds_sync(check: Callable[[], T | None], what: str = "") -> Callable[[], T]:
+    """``holds`` for ``eventually_sync``."""
+    def asserted() -> T:
+        found = check()
+        assert found, what or _answered(check, found)
+        return found
+
+    return asserted
+
+
+def _answered(check: Callable[..., object], found: object) -> str:
+    return f"{getattr(check, '__name__', 'the check')} answered {found!r}"
 
 
 def large_batch(size: int, space: str, content: int = 65_536) -> bytes:

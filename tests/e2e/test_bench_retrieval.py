@@ -28,9 +28,9 @@ TOPICS = [
 ]
 
 
-def locomo(directory: Path) -> Path:
+def locomo(directory: Path, topics: list[tuple[str, str]] = TOPICS) -> Path:
     turns = [{"speaker": s, "dia_id": f"D{1 + n // 7}:{1 + n % 7}", "text": t}
-             for n, (s, t) in enumerate(TOPICS)]
+             for n, (s, t) in enumerate(topics)]
     conversation = {
         "speaker_a": "Ann", "speaker_b": "Bo",
         "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns[:7],
@@ -65,17 +65,21 @@ def situatedqa(directory: Path) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("bench")
+def bench(*args: str) -> dict[str, Any]:
     run = subprocess.run(
-        [sys.executable, "-m", "memledger_cli", "bench", "retrieval", "--json",
-         "--data", str(locomo(root / "locomo")), "--situatedqa", str(situatedqa(root / "sqa")),
-         "--situatedqa-distractors", "50", "--clients", "2"],
+        [sys.executable, "-m", "memledger_cli", "bench", "retrieval", "--json", *args],
         capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     found: dict[str, Any] = json.loads(run.stdout)
     return found
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("bench")
+    return bench("--data", str(locomo(root / "locomo")),
+                 "--situatedqa", str(situatedqa(root / "sqa")),
+                 "--situatedqa-distractors", "50", "--clients", "2")
 
 
 def test_every_question_of_categories_one_to_four_is_asked_of_the_loaded_turns(
@@ -112,3 +116,19 @@ def test_situatedqa_is_asked_with_and_without_the_valid_time_filter(
     assert result["situatedqa_as_of_accuracy"] == 1.0
     assert 0.0 <= result["situatedqa_as_of_accuracy_without_filter"] <= 1.0
     assert result["situatedqa_rows_changed"] == 1
+
+
+def test_with_forming_what_was_formed_is_searched_beside_the_messages_and_scored_alike(
+        tmp_path: Path) -> None:
+    # One turn in a phrasing the rules extractor reads as a fact about its speaker.
+    topics = [(s, "I always play tennis on Thursday evening." if "tennis" in t else t)
+              for s, t in TOPICS]
+    found = bench("--data", str(locomo(tmp_path / "locomo", topics)), "--forming",
+                  "--situatedqa-limit", "0")
+    assert (found["forming_summaries"], found["forming_facts"]) == (2, 1)  # one a session
+    for name in ("messages_only", "mixed", "derived_half", "sources_in_place"):
+        for metric in ("turn_recall_all_at_10", "turn_mrr", "session_recall_all_at_5"):
+            assert 0.0 <= found[f"forming_{name}_{metric}"] <= 1.0
+    assert found["forming_mixed_turn_recall_all_at_5"] <= 0.75, "the ferry question"
+    assert found["forming_mixed_temporal_turn_recall_all_at_10"] == 1.0, "the tennis turn"
+    assert 0.0 < found["forming_top10_derived_share"] <= 1.0

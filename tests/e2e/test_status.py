@@ -63,7 +63,8 @@ def test_status_reports_zero_lag_and_every_consumer_after_writes(memledger: Runn
         ("postgres", 0), ("vectors", 0)}
     names = {(c["stream"], c["name"].split("-")[0]) for c in status["consumers"]}
     assert names == {("MEMLEDGER_EVENTS", "projector"), ("MEMLEDGER_EVENTS", "enricher"),
-                     ("MEMLEDGER_EVENTS", "lifecycle"), ("MEMLEDGER_INTAKE", "ingest")}
+                     ("MEMLEDGER_EVENTS", "lifecycle"), ("MEMLEDGER_EVENTS", "forming"),
+                     ("MEMLEDGER_INTAKE", "ingest")}
     assert {c["name"] for c in status["consumers"]} >= {"projector-postgres", "ingest-intake"}
     assert all(c["pending"] == 0 and c["ack_pending"] == 0 for c in status["consumers"])
     assert status["dead_letters"] == {"stream": "MEMLEDGER_DLQ", "total": 0, "by_subject": {}}

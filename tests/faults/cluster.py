@@ -1,6 +1,8 @@
 """A memledger deployment whose every process the test owns, so each can be killed and restarted:
-PostgreSQL and nats-server from the project's engine classes, and the five services in the
-distributed mode (ingest, relay, projector, enricher, query), each a process of its own.
+PostgreSQL and nats-server (or a JetStream cluster of them, streams replicated on every node)
+from the project's engine classes, and the five services in the distributed mode (ingest,
+relay, projector, enricher, query), each a process of its own, ingest and query in as many
+replicas as asked (``ingest``, ``ingest-1``, ...; each on its own port).
 
 The services are kept running by a supervisor thread that does what ``memledger up`` does for
 its children (``memledger_cli.embedded.supervise``): a service that dies is started again after a
@@ -10,6 +12,7 @@ thread that started them, which their parent-death signal is tied to.
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -18,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import httpx
 import psutil
@@ -30,14 +33,45 @@ import psutil
 from memledger_platform.crypto import digest_secret, keyed_digest
 from memledger_platform.engines import (
     EmbeddedNats,
+    EmbeddedNatsCluster,
     EmbeddedPostgres,
     EngineStartError,
     free_port,
     parent_death_preexec,
 )
+from tests.support import eventually_sync, holds_sync
 
 SERVICES = ("ingest", "relay", "projector", "enricher", "query")
 Engine = Literal["postgres", "nats"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How many of each: nats-server nodes (more than one: a JetStream cluster, streams with a
+    replica on every node) and replicas of ingest and of query."""
+
+    nats_nodes: int = 1
+    ingest_replicas: int = 1
+    query_replicas: int = 1
+
+    def http_services(self) -> list[str]:
+        return [*_replicas("ingest", self.ingest_replicas),
+                *_replicas("query", self.query_replicas)]
+
+    def services(self) -> list[str]:
+        return [*self.http_services(), *(s for s in SERVICES if s not in ("ingest", "query"))]
+
+
+def _replicas(service: str, count: int) -> list[str]:
+    return [service if i == 0 else f"{service}-{i}" for i in range(count)]
+
+
+def command(service: str) -> str:
+    """The memledger command a service (or a replica: ``query-1``) runs."""
+    return service.split("-", maxsplit=1)[0]
+
+
 RESTART_PAUSE_SECONDS = 1.0
 """As ``memledger up``'s supervisor waits before starting a dead child again."""
 
@@ -60,18 +94,23 @@ class Cluster:
 
     TENANT = "default"
 
-    def __init__(self, home: Path, *, embedder: str = "hashing", auth: bool = False) -> None:
+    def __init__(self, home: Path, topology: Topology | None = None, *,
+                 embedder: str = "hashing", auth: bool = False) -> None:
         """``embedder``: the services' (``local``: the MiniLM model the package ships);
         ``auth``: API keys required, the load and the operator commands using an admin key."""
         self.home = home
+        self.topology = topology or Topology()
         self.embedder = embedder
         self.auth = auth
         self.api_key: str | None = None
         self.postgres = EmbeddedPostgres(home / "postgres", port=free_port())
-        self.nats = EmbeddedNats(home, port=free_port())
-        self.ports = {"ingest": free_port(), "query": free_port()}
-        self.ingest_url = f"http://127.0.0.1:{self.ports['ingest']}"
-        self.query_url = f"http://127.0.0.1:{self.ports['query']}"
+        self.nats: EmbeddedNats | EmbeddedNatsCluster = (
+            EmbeddedNats(home, port=free_port()) if self.topology.nats_nodes == 1 else
+            EmbeddedNatsCluster(home, size=self.topology.nats_nodes))
+        self.ports = {name: free_port() for name in self.topology.http_services()}
+        self.ingest_urls = [self._url(n) for n in self.ports if n.startswith("ingest")]
+        self.query_urls = [self._url(n) for n in self.ports if n.startswith("query")]
+        self.ingest_url, self.query_url = self.ingest_urls[0], self.query_urls[0]
         self.master_key = base64.b64encode(secrets.token_bytes(32)).decode()
         self.dsn = ""
         self.nats_url = ""
@@ -100,7 +139,7 @@ class Cluster:
             self.api_key = self._issue_admin_key()
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         self.services = {name: Service(name, self.env(name), self.home / "logs" / f"{name}.log")
-                         for name in SERVICES}
+                         for name in self.topology.services()}
         self._supervisor = threading.Thread(target=self._supervise, name="faults-supervisor",
                                             daemon=True)
         self._supervisor.start()
@@ -113,7 +152,8 @@ class Cluster:
                "MEMLEDGER_AUTH": "required" if self.auth else "off",
                "MEMLEDGER_DEFAULT_TENANT": self.TENANT, "MEMLEDGER_EMBEDDER": self.embedder,
                "MEMLEDGER_MASTER_KEY": self.master_key,
-               "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning"}
+               "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning",
+               "MEMLEDGER_NATS_STREAM_REPLICAS": str(self.topology.nats_nodes)}
         if self.api_key and not service:
             env["MEMLEDGER_API_KEY"] = self.api_key
         if service in self.ports:
@@ -132,13 +172,23 @@ class Cluster:
         token: str = json.loads(done.stdout)["token"]
         return token
 
+    def _url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
     def wait_healthy(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        for url in (f"{self.ingest_url}/health", f"{self.query_url}/v1/query/health"):
-            while not _answers(url):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{url} did not answer in {timeout:.0f}s\n{self.logs()}")
-                time.sleep(0.2)
+        for url in ([f"{u}/health" for u in self.ingest_urls] +
+                    [f"{u}/v1/query/health" for u in self.query_urls]):
+            self._until(functools.partial(_answers, url), f"{url} did not answer in {timeout:.0f}s",
+                        timeout, interval=0.2)
+
+    def _until(self, check: Callable[[], T | None], what: str, timeout: float = 120.0,
+               interval: float = 0.1) -> T:
+        """``check``'s first true answer; after ``timeout`` seconds, fail with ``what`` and the
+        services' logs."""
+        try:
+            return eventually_sync(holds_sync(check), timeout, interval)
+        except AssertionError:
+            raise AssertionError(f"{what}\n{self.logs()}") from None
 
     def stop_services(self) -> None:
         """SIGTERM every service (a graceful stop) and stop supervising them."""
@@ -154,21 +204,24 @@ class Cluster:
 
     # --- faults ------------------------------------------------------------------------------
 
+    def kill_nats_node(self, name: str) -> None:
+        """kill -9 one node of the NATS cluster; ``start_nats_node`` brings it back."""
+        assert isinstance(self.nats, EmbeddedNatsCluster), "one nats-server: kill_engine"
+        self.nats.kill(name)
+
+    def start_nats_node(self, name: str) -> None:
+        assert isinstance(self.nats, EmbeddedNatsCluster)
+        self.nats.start_node(name)
+
     def kill(self, service: str) -> None:
         """kill -9 a service; the supervisor starts it again."""
-        deadline = time.monotonic() + 120
-        while (proc := self._running(service)) is None:
-            assert time.monotonic() < deadline, f"{service} is not running\n{self.logs()}"
-            time.sleep(0.1)
+        proc = self._until(lambda: self._running(service), f"{service} is not running")
         proc.send_signal(signal.SIGKILL)
 
     def kill_child(self, service: str, module: str) -> None:
         """kill -9 the child process of ``service`` that runs ``module``; the service starts
         it again when it next needs it."""
-        deadline = time.monotonic() + 120
-        while not (found := self._child(service, module)):
-            assert time.monotonic() < deadline, f"{service} runs no {module}\n{self.logs()}"
-            time.sleep(0.1)
+        found = self._until(lambda: self._child(service, module), f"{service} runs no {module}")
         found[0].kill()
 
     def _child(self, service: str, module: str) -> list[psutil.Process]:
@@ -189,19 +242,12 @@ class Cluster:
         """kill -9 an engine, then start it again on the same port and data (PostgreSQL may
         refuse for a moment, while the backends the killed postmaster left finish exiting)."""
         server = self.postgres if engine == "postgres" else self.nats
+        assert not isinstance(server, EmbeddedNatsCluster), "kill a node: kill_nats_node"
         pid = server.pid
         assert pid is not None, f"{engine} is not running"
         os.kill(pid, signal.SIGKILL)
-        time.sleep(RESTART_PAUSE_SECONDS)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                server.start()
-                return
-            except EngineStartError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        time.sleep(RESTART_PAUSE_SECONDS)  # down as long as a supervised service would be
+        eventually_sync(lambda: _started(server), timeout=120, interval=0.5)
 
     def suspend(self, service: str) -> None:
         """SIGSTOP a service (it holds its connections but does nothing) until ``resume``."""
@@ -217,6 +263,7 @@ class Cluster:
     @contextmanager
     def paused(self, engine: Engine) -> Iterator[None]:
         """SIGSTOP an engine for the duration of the block, then SIGCONT it."""
+        assert not isinstance(self.nats, EmbeddedNatsCluster), "a cluster pauses no node"
         pid = (self.postgres if engine == "postgres" else self.nats).pid
         assert pid is not None, f"{engine} is not running"
         os.kill(pid, signal.SIGSTOP)
@@ -258,11 +305,18 @@ class Cluster:
             return
         with service.log.open("ab") as log, self._lock:
             service.proc = subprocess.Popen(
-                [sys.executable, "-m", "memledger_cli", service.name], env=service.env,
+                [sys.executable, "-m", "memledger_cli", command(service.name)], env=service.env,
                 stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
         service.died_at = None
         service.starts += 1
+
+
+def _started(server: EmbeddedNats | EmbeddedPostgres) -> None:
+    try:
+        server.start()
+    except EngineStartError as error:
+        raise AssertionError(f"not started again: {error}") from error
 
 
 def _terminate(proc: "subprocess.Popen[bytes] | None") -> None:

@@ -1,6 +1,7 @@
 """A sustained write load from several concurrent HTTP clients, each write with an idempotency
 key and retried with that same key (after a connection error, a timeout, a 429 or a 5xx) until
 it is acknowledged (200/201) or definitively refused (any other 4xx). Every outcome is recorded.
+Given several ingest replicas, each worker starts on its own and a retry goes to the next.
 
 Some writes are meant to be refused: one in ``REFUSE_EVERY`` goes to a space that does not exist
 (refused by the domain, in the writer: 404) and one to an unknown memory kind (refused by
@@ -73,8 +74,8 @@ class Load:
     """``workers`` threads, each writing to its own space at about ``rate`` writes a second,
     until ``stop``; a write in flight is then finished (``give_up`` ends even that)."""
 
-    def __init__(self, url: str, workers: int = 4, rate: float = 10.0) -> None:
-        self.url = url
+    def __init__(self, url: str | list[str], workers: int = 4, rate: float = 10.0) -> None:
+        self.urls = [url] if isinstance(url, str) else url
         self.workers = workers
         self.interval = 1.0 / rate
         self.outcomes = Outcomes()
@@ -83,9 +84,9 @@ class Load:
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
+        with httpx.Client(timeout=30) as client:
             for worker in range(self.workers):
-                response, _ = self._settle(client, "/v1/spaces", {
+                response, _ = self._settle(client, worker, "/v1/spaces", {
                     "space_id": SPACE.format(worker=worker), "idempotency_key": f"space-{worker}"})
                 assert response is not None
                 assert response.status_code in (200, 201), response.text
@@ -100,7 +101,7 @@ class Load:
         return self.outcomes
 
     def _run(self, worker: int) -> None:
-        with httpx.Client(base_url=self.url, timeout=10) as client:
+        with httpx.Client(timeout=10) as client:
             n = 0
             while not self._stop.is_set():
                 started = time.monotonic()
@@ -120,11 +121,12 @@ class Load:
             body |= {"kind": "no-such-kind", "item_id": str(uuid.uuid5(uuid.NAMESPACE_URL, key))}
         sent = time.monotonic()
         self._record(key, space, body, sent,
-                     self._settle(client, f"/v1/spaces/{space}/memories", body))
+                     self._settle(client, worker, f"/v1/spaces/{space}/memories", body))
 
-    def _settle(self, client: httpx.Client, path: str, body: dict[str, Any]
+    def _settle(self, client: httpx.Client, worker: int, path: str, body: dict[str, Any]
                 ) -> tuple[httpx.Response | None, int]:
-        return post_until_definitive(client, path, body, self._give_up, self._retried)
+        return post_until_definitive(client, self.urls[worker:] + self.urls[:worker], path, body,
+                                     self._give_up, self._retried)
 
     def _retried(self) -> None:
         with self.outcomes.lock:
@@ -147,16 +149,18 @@ class Load:
                                                      response.status_code, now))
 
 
-def post_until_definitive(client: httpx.Client, path: str, body: dict[str, Any],
-                          give_up: threading.Event, retried: Callable[[], None]
-                          ) -> tuple[httpx.Response | None, int]:
+def post_until_definitive(client: httpx.Client, urls: list[str], path: str,
+                          body: dict[str, Any], give_up: threading.Event,
+                          retried: Callable[[], None]) -> tuple[httpx.Response | None, int]:
     """Post until the answer is definitive (not a connection error, a timeout, a 429 or a
-    5xx); return it (None: ``give_up`` was set first) and the attempts made."""
+    5xx), each attempt to the next of ``urls``; return it (None: ``give_up`` was set first)
+    and the attempts made."""
     attempts = 0
     while not give_up.is_set():
+        url = urls[attempts % len(urls)]
         attempts += 1
         try:
-            response = client.post(path, json=body)
+            response = client.post(url + path, json=body)
         except httpx.TransportError:
             response = None
         if response is not None and not _transient(response.status_code):

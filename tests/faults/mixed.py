@@ -164,7 +164,7 @@ class MixedLoad:
             self._erase(client, worker)
 
     def _client(self, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
+        return httpx.Client(headers=self.headers, timeout=timeout)
 
     def _open(self, number: int) -> _Worker:
         space, session = SPACE.format(worker=number), str(uuid.uuid4())
@@ -302,7 +302,8 @@ class MixedLoad:
 
     def _settle(self, client: httpx.Client, path: str, body: dict[str, Any]
                 ) -> tuple[httpx.Response | None, int]:
-        return post_until_definitive(client, path, body, self._give_up, self._retried)
+        return post_until_definitive(client, [self.url], path, body, self._give_up,
+                                     self._retried)
 
     def _retried(self) -> None:
         with self.ledger.lock:

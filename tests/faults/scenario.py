@@ -16,7 +16,9 @@ import orjson
 import psycopg
 
 from tests.faults.cluster import Cluster
+from tests.faults.cluster_faults import CLUSTER_FAULTS
 from tests.faults.load import Acked, Load
+from tests.support import eventually_sync, holds_sync
 
 
 @dataclass(frozen=True)
@@ -43,17 +45,22 @@ class Recovery:
     enriched_seconds: float | None
 
 
-FAULTS: dict[str, tuple[str, Callable[[Cluster, Plan], None]]] = {
-    "ingest": ("kill -9 ingest", lambda c, _: c.kill("ingest")),
-    "relay": ("kill -9 relay", lambda c, _: c.kill("relay")),
-    "projector": ("kill -9 projector", lambda c, _: c.kill("projector")),
-    "enricher": ("kill -9 enricher", lambda c, _: c.kill("enricher")),
-    "query": ("kill -9 query (vector projector)", lambda c, _: c.kill("query")),
-    "vectors": ("kill -9 the vector index process", lambda c, _: c.kill_child(
+def _planless(fault: Callable[[Cluster, Load], None]) -> Callable[[Cluster, Load, Plan], None]:
+    return lambda cluster, load, _: fault(cluster, load)
+
+
+FAULTS: dict[str, tuple[str, Callable[[Cluster, Load, Plan], None]]] = {
+    "ingest": ("kill -9 ingest", lambda c, _l, _p: c.kill("ingest")),
+    "relay": ("kill -9 relay", lambda c, _l, _p: c.kill("relay")),
+    "projector": ("kill -9 projector", lambda c, _l, _p: c.kill("projector")),
+    "enricher": ("kill -9 enricher", lambda c, _l, _p: c.kill("enricher")),
+    "query": ("kill -9 query (vector projector)", lambda c, _l, _p: c.kill("query")),
+    "vectors": ("kill -9 the vector index process", lambda c, _l, _p: c.kill_child(
         "query", "memledger_platform.vectorindex.process")),
-    "nats": ("kill -9 nats-server", lambda c, _: c.kill_engine("nats")),
-    "postgres": ("kill -9 postgres", lambda c, _: c.kill_engine("postgres")),
-    "nats-pause": ("SIGSTOP nats-server", lambda c, p: _pause_nats(c, p.pause_seconds)),
+    "nats": ("kill -9 nats-server", lambda c, _l, _p: c.kill_engine("nats")),
+    "postgres": ("kill -9 postgres", lambda c, _l, _p: c.kill_engine("postgres")),
+    "nats-pause": ("SIGSTOP nats-server", lambda c, _l, p: _pause_nats(c, p.pause_seconds)),
+    **{name: (label, _planless(fault)) for name, (label, fault) in CLUSTER_FAULTS.items()},
 }
 """Each injects its fault and returns once the thing it hit is being restarted."""
 
@@ -68,7 +75,7 @@ def run_faults(cluster: Cluster, load: Load, plan: Plan) -> list[Recovery]:
     for fault in plan.faults:
         _steady(cluster, load, plan)
         started, wall_clock = time.monotonic(), datetime.now(UTC).isoformat()
-        FAULTS[fault][1](cluster, plan)
+        FAULTS[fault][1](cluster, load, plan)
         recoveries.append(_recovery(cluster, load, fault, started, wall_clock,
                                     plan.recovery_timeout))
     _steady(cluster, load, plan)
@@ -109,7 +116,7 @@ def _reach(checks: dict[str, Callable[[], bool]], timeout: float) -> dict[str, f
         for name, check in checks.items():
             if reached[name] is None and check():
                 reached[name] = time.monotonic()
-        time.sleep(0.05)
+        time.sleep(0.05)  # a measurement, not a wait: when each check first holds
     return reached
 
 
@@ -120,15 +127,12 @@ def _since(reached: float | None, started: float) -> float | None:
 def _until(check: Callable[[], Any], timeout: float, what: str, cluster: Cluster) -> Any:
     """Poll ``check`` until it returns something true; return that, or (after ``timeout``)
     ``None``, or raise if ``what`` names something that must happen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if found := check():
-            return found
-        if time.monotonic() > deadline:
-            if what:
-                raise AssertionError(f"not {what} in {timeout:.0f}s\n{cluster.logs()}")
-            return None
-        time.sleep(0.05)
+    try:
+        return eventually_sync(holds_sync(check), timeout)
+    except AssertionError:
+        if what:
+            raise AssertionError(f"not {what} in {timeout:.0f}s\n{cluster.logs()}") from None
+        return None
 
 
 def _last_ack(load: Load) -> Acked | None:

@@ -120,6 +120,11 @@ class CountingReader(Reader):
         self.polls += 1
         return super().position()
 
+    @property
+    def waiting(self) -> int:
+        """How many read-your-writes waits the watcher still polls for."""
+        return len(self._waiters)
+
 
 @asynccontextmanager
 async def query_api(dsn: str, side: ReadSide, tenant: str = TENANT

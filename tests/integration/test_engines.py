@@ -16,8 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from memledger_platform.engines import (
     EmbeddedPostgres,
     PortInUseError,
 )
+from tests.support import eventually_sync
 
 STREAM = "MEMORY"
 SUBJECT = "memory.facts"
@@ -65,16 +65,6 @@ signal.pause()
 # helpers
 
 
-def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _alive(proc: psutil.Process) -> bool:
     """Running and not a zombie (orphans may never be reaped in containers)."""
     try:
@@ -90,8 +80,14 @@ def _process_tree(pid: int | None) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
-def _all_gone(procs: list[psutil.Process], timeout: float = 20.0) -> bool:
-    return _wait_until(lambda: not any(_alive(p) for p in procs), timeout)
+def _all_gone(procs: list[psutil.Process], timeout: float = 20.0, what: str = "") -> None:
+    """Wait until every one of ``procs`` has exited; after ``timeout`` seconds, fail with
+    ``what`` and the pids still running."""
+    def gone() -> None:
+        alive = [p.pid for p in procs if _alive(p)]
+        assert not alive, f"{what or 'still running'}: {alive}"
+
+    eventually_sync(gone, timeout)
 
 
 def _live_postmasters_for(pgdata: Path) -> list[int]:
@@ -215,8 +211,8 @@ def test_postgres_and_nats_exit_when_their_owner_process_is_killed(
     for owner in owners:
         _kill_owner(owner)
 
-    assert _all_gone(pg_tree), "PostgreSQL outlived its owner"
-    assert _all_gone([nats_server]), "nats-server outlived its owner"
+    _all_gone(pg_tree, what="PostgreSQL outlived its owner")
+    _all_gone([nats_server], what="nats-server outlived its owner")
 
     pg = EmbeddedPostgres(tmp_path / "data")  # the next owner starts cleanly
     try:
@@ -241,13 +237,13 @@ def test_stale_postgres_left_by_a_killed_owner_is_replaced_and_fully_stopped(
     try:
         endpoint = pg.start()
         assert pg.pid != stale["pid"]
-        assert _all_gone(stale_tree, timeout=1), "the stale server must be gone after start()"
+        _all_gone(stale_tree, timeout=1, what="the stale server must be gone after start()")
         assert _fetch_one(endpoint.dsn, "SELECT body FROM facts") == "written before the crash"
         fresh_tree = _process_tree(pg.pid)
     finally:
         pg.stop()
 
-    assert _all_gone(fresh_tree, timeout=1)
+    _all_gone(fresh_tree, timeout=1)
     assert _live_postmasters_for(data_dir / "pgdata") == []
 
 
@@ -263,7 +259,7 @@ def test_postgres_starts_over_the_pid_file_of_a_crashed_server(
     for proc in crashed_tree:
         with contextlib.suppress(psutil.NoSuchProcess):  # short-lived backends
             proc.kill()
-    assert _all_gone(crashed_tree)
+    _all_gone(crashed_tree)
     assert (data_dir / "pgdata" / "postmaster.pid").exists()
 
     pg = EmbeddedPostgres(data_dir)
@@ -311,7 +307,7 @@ def test_stale_nats_left_by_a_killed_owner_is_replaced_and_keeps_its_stream(
     server = EmbeddedNats(data_dir)
     try:
         url = server.start()
-        assert _all_gone([stale_server], timeout=1)
+        _all_gone([stale_server], timeout=1)
         assert asyncio.run(_read(url, seq)) == b"before the crash"
     finally:
         server.stop()
@@ -361,5 +357,5 @@ def test_stop_is_idempotent_and_leaves_no_engine_process(tmp_path: Path) -> None
 
     assert pg.pid is None
     assert server.pid is None
-    assert _all_gone(processes, timeout=1)
+    _all_gone(processes, timeout=1)
     assert _live_postmasters_for(tmp_path / "pgdata") == []

@@ -6,8 +6,7 @@ other subject's data untouched; a full rebuild still works and equals the scrubb
 
 import asyncio
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -37,21 +36,13 @@ from memledger_schemas.subjects import Subjects
 from tests.integration.erasure_support import stream_hits
 from tests.integration.ingest_support import running
 from tests.integration.semantic_support import Pipeline, pipeline
+from tests.support import eventually, holds
 
 Nats = tuple[Client, JetStreamContext]
 ADA = ("Ada Quixotica Lovelace", "ada-private-diary-7731", "Quixotica Analytical Works")
 """Subject u7's distinctive strings: none may survive the erasure anywhere."""
 BOB = "bob-keeps-this-4410"
 """Subject u8's: must survive."""
-
-
-async def until(check: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.1)
-    return True
 
 
 @pytest.fixture
@@ -142,9 +133,9 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
     await _populate(writer)
     # Before: the read models, the enrichment and the index all hold the subject's data
     # in the clear (so the scans below can fail), while the log and the stream never do.
-    assert await until(lambda: _async(lambda: bool(_pg_hits(engines.postgres_dsn, ADA)))), \
-        "the read models never showed the subject's data"
-    assert await until(lambda: _async(lambda: p.enricher.enriched >= 4))
+    await eventually(holds(lambda: _async(lambda: bool(_pg_hits(engines.postgres_dsn, ADA))),
+                           "the read models never showed the subject's data"), timeout=30)
+    await eventually(holds(lambda: _async(lambda: p.enricher.enriched >= 4)), timeout=30)
     with psycopg.connect(engines.postgres_dsn) as conn:
         log_text = " ".join(_text(r[0]) for r in conn.execute(sql.SQL(
             "SELECT state FROM {}.memledger_events").format(sql.Identifier(pg_schema))))
@@ -159,7 +150,7 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
         with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
             found = receipts.read(conn, pg_schema, "acme", "u7")
         return set(found.get(receipt["position"], {})) == set(receipts.PROJECTIONS)
-    assert await until(reported), "a read model never reported the erasure"
+    await eventually(holds(reported, "a read model never reported the erasure"), timeout=30)
     with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
         purged = receipts.read(conn, pg_schema, "acme", "u7")[receipt["position"]]
     assert purged["vectors"]["points"] >= 2

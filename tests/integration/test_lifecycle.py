@@ -26,6 +26,7 @@ from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything
 from tests.integration.semantic_support import Pipeline, pipeline, write
+from tests.support import eventually, holds
 
 Nats = tuple[Client, JetStreamContext]
 
@@ -39,14 +40,6 @@ async def running(engines: Endpoints, event_store: PostgresEventStore, pg_schema
                         writer, embedder, tmp_path / "vectors") as found:
         yield found
 
-
-
-async def _until(check: Any, seconds: float = 30.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while (found := await check()) is None or found is False:
-        assert asyncio.get_running_loop().time() < deadline, "never happened"
-        await asyncio.sleep(0.1)
-    return found
 
 
 async def _scheduled(nats_js: Nats, subjects: Subjects, clock: FixedClock
@@ -91,7 +84,7 @@ async def test_expiry_and_consolidation_are_events_with_their_policy_and_happen_
                 return False
             await scheduler.tick()
             return scheduler.tally.archived == 1 and scheduler.tally.merged == 1
-        await _until(decided)
+        await eventually(holds(decided), timeout=30)
     finally:
         await scheduling.aclose()
 
@@ -101,7 +94,7 @@ async def test_expiry_and_consolidation_are_events_with_their_policy_and_happen_
                 "min_position": ended["position"]})
             ids = [i["item_id"] for i in response.json()["items"]]
             return ids if len(ids) == 1 else None
-        assert await _until(listed) == [first["item_id"]]
+        assert await eventually(holds(listed), timeout=30) == [first["item_id"]]
         history = (await client.get(f"/v1/spaces/main/items/{said['item_id']}/history")).json()
     archived = [ch for ch in history["changes"] if ch["event_type"] == "memory.archived"]
     assert [(ch["payload"]["policy_version"], ch["actor"]) for ch in archived] == [
@@ -118,8 +111,8 @@ async def test_expiry_and_consolidation_are_events_with_their_policy_and_happen_
     restarted = _scheduled(nats_js, subjects, clock)
     scheduler = await anext(restarted)
     try:
-        await _until(lambda: _true(scheduler.caught_up and scheduler.fold.position >= ended[
-            "position"]))
+        await eventually(holds(lambda: _true(
+            scheduler.caught_up and scheduler.fold.position >= ended["position"])), timeout=30)
         await scheduler.tick()
     finally:
         await restarted.aclose()

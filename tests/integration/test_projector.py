@@ -392,7 +392,7 @@ def apply_then_hang(conn, names, events, stream_seq=None):
     checkpoint = apply_batch(conn, names, events, stream_seq)
     if checkpoint.position >= int(hang_from):
         print("committed", checkpoint.position, flush=True)
-        time.sleep(3600)
+        time.sleep(3600)  # held between the commit and the ack until the test's SIGKILL
     return checkpoint
 
 store.apply_batch = apply_then_hang

@@ -373,7 +373,7 @@ async def test_a_read_at_a_position_not_yet_projected_waits_for_it_and_then_answ
     assert response.json()["basis"]["position"] >= wanted
 
 
-async def test_a_read_at_a_position_never_reached_gives_up_with_503_not_yet_visible(
+async def test_a_read_at_a_position_never_reached_gives_up_with_a_retryable_503_not_yet_visible(
         api: httpx.AsyncClient, writer: GroupCommitWriter, revised: tuple[int, int]) -> None:
     _, last = revised
     unprojected = await write(writer, c.ReviseMemory(space_id=SPACE, item_id=ITEM,
@@ -382,6 +382,7 @@ async def test_a_read_at_a_position_never_reached_gives_up_with_503_not_yet_visi
         response = await api.get(path, params={"min_position": unprojected.position,
                                                "wait_ms": 30})
         assert response.status_code == 503
+        assert response.headers["retry-after"] == "1"
         error = response.json()["error"]
         assert (error["code"], error["projected_position"]) == ("not_yet_visible", last)
         assert [f["path"] for f in error["fields"]] == ["query.min_position"]

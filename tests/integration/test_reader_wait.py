@@ -10,6 +10,7 @@ from psycopg_pool import ConnectionPool
 from memledger_ingest.bootstrap import Endpoints
 from memledger_query.reader import NotYetVisible
 from tests.integration.read_support import CountingReader, ReadSide
+from tests.support import eventually
 
 
 async def test_a_wait_for_a_position_never_reached_stops_polling_once_it_times_out(
@@ -20,10 +21,14 @@ async def test_a_wait_for_a_position_never_reached_stops_polling_once_it_times_o
         reader = CountingReader(pool, side.names)
         with pytest.raises(NotYetVisible):
             await reader.wait_for(10**9, 50)
-        await asyncio.sleep(0.05)  # let the watcher see the timed-out waiter
+        async def dropped() -> None:
+            assert reader.waiting == 0
+
+        await eventually(dropped)
         polls = reader.polls
 
-        await asyncio.sleep(0.3)  # at one poll per 2 ms, a leftover waiter would poll ~150x
+        # A window to show an absence: at one poll per 2 ms, a leftover waiter would poll ~150x.
+        await asyncio.sleep(0.3)
 
         assert reader.polls - polls <= 1
     finally:

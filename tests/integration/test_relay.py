@@ -54,7 +54,7 @@ async def main(dsn, schema, prefix, url):
         nonlocal sent
         sent += 1
         if sent % 5 == 0:
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # a batch takes long enough for the kill to land in it
         return await publish(*args, **kwargs)
 
     nc.publish = slow_publish

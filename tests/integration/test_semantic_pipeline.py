@@ -4,8 +4,7 @@ point, and packed into an agent's context bundle."""
 
 import asyncio
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,18 +30,10 @@ from memledger_schemas.commands import (
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything
 from tests.integration.semantic_support import Pipeline, pipeline
+from tests.support import eventually, holds
 
 Nats = tuple[Client, JetStreamContext]
 KEYWORDS_ONLY = {"weights": {"dense": 0.0, "keyword": 1.0}, "threshold": 0.0}
-
-
-async def until(check: Callable[[], Awaitable[Any]], seconds: float = 30.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = await check()
-        if found or time.monotonic() > deadline:
-            return found
-        await asyncio.sleep(0.1)
 
 
 class GatedEmbedder(HashingEmbedder):
@@ -100,7 +91,7 @@ async def test_a_memory_is_found_by_meaning_once_the_enricher_has_embedded_it(
             return await _search(client, query="deadline for submitting the financial summary",
                                  weights={"dense": 1.0, "keyword": 0.0}, explain=True,
                                  min_position=wrote["position"])
-        hits = await until(by_meaning)
+        hits = await eventually(holds(by_meaning), timeout=30)
     assert hits, "never found by meaning"
     assert hits[0]["item_id"] == wrote["item_id"]
     assert hits[0]["explain"]["dense"] > hits[0]["explain"]["keyword"] == 0
@@ -208,7 +199,7 @@ async def test_a_context_bundle_leaves_a_near_duplicate_of_a_memory_out_of_its_h
             sections = {s["name"]: [e["text"] for e in s["entries"]] for s in answer["sections"]}
             # Until both copies are embedded, neither is a near-duplicate of the other.
             return sections if len(sections["memories"]) == 1 else None
-        sections = await until(bundle)
+        sections = await eventually(holds(bundle), timeout=30)
     assert sections is not None, "the two copies were never collapsed"
     assert sections["memories"] == [f"- [decision] {thursdays}"]
     assert sections["history"] == ["- [decision] The staging database is refreshed on Mondays"]
@@ -227,7 +218,7 @@ async def test_enrichment_seen_again_records_nothing_twice(
 
     async def settled() -> bool:
         return len(enrichment()) == 4  # embedding, 2 preferences, entities
-    assert await until(settled)
+    await eventually(holds(settled), timeout=30)
     # A second enricher (another consumer: as after a lost checkpoint) sees every event again.
     nc, js = nats_js
     client = IntakeClient(nc, js, subjects, "enricher")
@@ -235,7 +226,7 @@ async def test_enrichment_seen_again_records_nothing_twice(
     again = Enricher(js, subjects, embedder, client, durable="enricher-again")
     stop = asyncio.Event()
     task = asyncio.create_task(again.run(stop))
-    assert await until(lambda: _true_when(again.enriched >= 1))
+    await eventually(holds(lambda: _true_when(again.enriched >= 1)), timeout=30)
     stop.set()
     await task
     await client.close()
@@ -268,4 +259,4 @@ async def test_a_stuck_embedder_never_holds_up_writes_reads_or_keyword_search(
     async def embedded() -> bool:
         return len([e for e in read_everything(event_store)
                     if e.event_type == "memory.embedded"]) == 2
-    assert await until(embedded)
+    await eventually(holds(embedded), timeout=30)

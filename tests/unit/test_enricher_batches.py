@@ -48,7 +48,7 @@ class _CountingEmbedder(HashingEmbedder):
         self.most = max(self.most, self.running)
         self.calls += 1
         try:
-            time.sleep(0.05)
+            time.sleep(0.05)  # busy for a while, as a model is, so overlapping calls would show
             return super().embed_documents(texts)
         finally:
             self.running -= 1

@@ -56,7 +56,7 @@ async def _echo(request: Request) -> Response:
 
 
 async def _slow(_: Request) -> Response:
-    await asyncio.sleep(5)
+    await asyncio.Event().wait()  # never answers: only the timeout ends the request
     return JSONResponse({})
 
 

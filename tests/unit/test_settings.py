@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from memledger_platform import bus
 from memledger_platform.settings import ENV_PREFIX, SettingsError, load_settings
 
 DISTRIBUTED = {
@@ -128,3 +129,25 @@ def test_overrides_take_precedence_over_the_environment(
     monkeypatch.setenv("MEMLEDGER_HTTP_PORT", "9000")
 
     assert load_settings(http_port=9001).http_port == 9001
+
+
+def test_a_cluster_is_named_by_its_nodes_urls_separated_by_commas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, {**DISTRIBUTED, "MEMLEDGER_NATS_URL":
+                          "nats://a:4222, nats://u:p@b:4222,tls://c:4222"})
+
+    settings = load_settings()
+
+    assert settings.nats_url == "nats://a:4222,nats://u:p@b:4222,tls://c:4222"
+    assert bus.servers(settings.nats_url) == ["nats://a:4222", "nats://u:p@b:4222",
+                                              "tls://c:4222"]
+
+
+@pytest.mark.parametrize("url", ["bus:4222", "nats://a:4222,,nats://b:4222",
+                                 "http://bus:4222", "nats://a b:4222"])
+def test_a_nats_url_that_is_not_one_is_refused_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    set_env(monkeypatch, {**DISTRIBUTED, "MEMLEDGER_NATS_URL": url})
+
+    with pytest.raises(SettingsError, match="MEMLEDGER_NATS_URL"):
+        load_settings()

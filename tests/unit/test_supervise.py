@@ -35,7 +35,7 @@ async def test_a_child_that_stopped_for_the_same_ctrl_c_is_not_restarted_nor_rep
     supervising = asyncio.create_task(embedded.supervise("relay", argv, {}, stop))
     await _started(record, 1)
 
-    await asyncio.sleep(0.2)  # the child has exited; the supervisor learns of the stop late
+    await asyncio.sleep(0.2)  # the case under test: the stop arrives after the child's exit
     stop.set()
     with caplog.at_level(logging.WARNING, logger=embedded.__name__):
         await asyncio.wait_for(supervising, 5)

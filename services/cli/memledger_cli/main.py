@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from memledger_platform import logs
+from memledger_platform.deployment import DeploymentMismatch
 from memledger_platform.engines import EngineStartError
 from memledger_platform.http_server import PortBusyError
 from memledger_platform.settings import Settings, SettingsError, load_settings
@@ -84,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
     try:
         return handler(args, settings)
-    except (EngineStartError, PortBusyError) as error:
+    except (EngineStartError, PortBusyError, DeploymentMismatch) as error:
         print(f"memledger: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from psycopg import sql
 from memledger_cli.embedded import RUNTIME_FILE, running
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.relay import stream_cursor
+from memledger_platform import bus
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.nats_permissions import OPERATOR
 from memledger_platform.settings import Settings
@@ -200,8 +201,8 @@ async def _read_nats(url: str, subjects: Subjects, status: Status) -> None:
     # Two tries, then give up (0 would mean "forever" to nats-py); failures are reported once,
     # by the caller, not logged on every try.
     nc = await asyncio.wait_for(nats.connect(
-        url, name="memledger-status", connect_timeout=_TIMEOUT_SECONDS, allow_reconnect=False,
-        max_reconnect_attempts=1, reconnect_time_wait=0.5, error_cb=_quiet),
+        bus.servers(url), name="memledger-status", connect_timeout=_TIMEOUT_SECONDS,
+        allow_reconnect=False, max_reconnect_attempts=1, reconnect_time_wait=0.5, error_cb=_quiet),
         2 * _TIMEOUT_SECONDS + 1)
     try:
         js = nc.jetstream(timeout=_TIMEOUT_SECONDS)

@@ -1,5 +1,6 @@
-"""``memledger up``: the whole service in one process on the embedded engines (the default),
-or on external ones in distributed mode."""
+"""``memledger up``: the embedded composition root, the one place that starts every service.
+It starts the engines (embedded by default, external in distributed mode), runs some services
+in this process and supervises the others as child processes."""
 
 import asyncio
 import os

@@ -20,7 +20,7 @@ from memledger_ingest.http import behind, create_app
 from memledger_ingest.intake import Intake
 from memledger_ingest.relay import stream_cursor
 from memledger_ingest.writer import GroupCommitWriter, WriterLimits
-from memledger_platform import bus, grpc_server, http_server, telemetry
+from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring, keyring_for
@@ -162,6 +162,7 @@ async def run(settings: Settings) -> None:
 
     endpoints = endpoints_from(settings)
     telemetry.configure(settings, "memledger-ingest")
+    await deployment.check(settings, endpoints.postgres_dsn, endpoints.nats_url)
     await run_until_signalled(lambda stop: serve(settings, endpoints, stop, _announce),
                               grace_seconds=settings.stop_grace_seconds)
 

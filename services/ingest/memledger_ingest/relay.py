@@ -104,7 +104,8 @@ class Relay:
         self.cursor = Cursor()
 
     def notify(self, position: int) -> None:
-        """Called from any thread after a commit: there is something new to relay."""
+        """Called from any thread (the listener of the store's NOTIFY) after a commit: there
+        is something new to relay."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
 

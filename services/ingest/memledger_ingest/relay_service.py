@@ -15,8 +15,9 @@ import psycopg
 from psycopg import sql
 
 from memledger_ingest.bootstrap import Endpoints, endpoints_from
-from memledger_ingest.relay import Relay
-from memledger_platform import bus, telemetry
+from memledger_ingest.relay import Cursor, Relay
+from memledger_ingest.relay_lease import RelayLease
+from memledger_platform import bus, deployment, telemetry
 from memledger_platform.eventstore.postgres import (
     EVENTS_TABLE,
     PostgresEventStore,
@@ -41,12 +42,21 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event) -
                       lambda: max(0, store.max_position() - relay.cursor.position))
     listener = asyncio.create_task(
         listen_for_commits(endpoints.postgres_dsn, EVENTS_TABLE, lambda: relay.notify(0)))
-    log.info("relay publishing %s to %s", EVENTS_TABLE, settings.subjects.events_stream)
+    lease = RelayLease(endpoints.postgres_dsn, settings.postgres_schema,
+                       settings.subjects.events_stream)
     try:
-        await relay.run(stop)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(_drain(relay), 10.0)
+        while await lease.acquire(stop):
+            log.info("relay publishing %s to %s", EVENTS_TABLE, settings.subjects.events_stream)
+            relay.cursor = Cursor()  # where the stream stands, read again after any standby
+            await relay.run(await _while_held(lease, stop))
+            if stop.is_set():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(_drain(relay), 10.0)
+                break
+            log.warning("relay lost its lease on %s (its PostgreSQL session ended); "
+                        "taking it again", settings.subjects.events_stream)
     finally:
+        await lease.release()
         listener.cancel()
         await nc.flush()
         await nc.close()
@@ -59,6 +69,7 @@ async def run(settings: Settings) -> None:
 
     endpoints = endpoints_from(settings)
     telemetry.configure(settings, "memledger-relay")
+    await deployment.check(settings, endpoints.postgres_dsn, endpoints.nats_url)
     await run_until_signalled(lambda stop: serve(settings, endpoints, stop),
                               grace_seconds=settings.stop_grace_seconds)
 
@@ -76,6 +87,25 @@ async def listen_for_commits(dsn: str, channel: str, on_commit: Callable[[], Non
         except psycopg.Error as error:
             log.warning("commit listener reconnecting (polling meanwhile): %s", error)
             await asyncio.sleep(1.0)
+
+
+async def _while_held(lease: RelayLease, stop: asyncio.Event) -> asyncio.Event:
+    """An event set when ``stop`` is, or when the lease is lost (checked every second)."""
+    turn_over = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set() and await lease.held():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), LEASE_CHECK_SECONDS)
+        turn_over.set()
+
+    _watchers.add(task := asyncio.create_task(watch()))
+    task.add_done_callback(_watchers.discard)
+    return turn_over
+
+
+LEASE_CHECK_SECONDS = 1.0
+_watchers: set["asyncio.Task[None]"] = set()
 
 
 async def _drain(relay: Relay) -> None:

@@ -11,7 +11,7 @@ class StateCache:
 
     A cache this size (hundreds of thousands of entries) must not be made of objects the
     garbage collector tracks: each full collection would walk all of them while holding the
-    GIL (measured: 210-240 ms pauses, the whole p99 of a write). Ints and tuples of atomic
+    GIL, long enough to be the whole p99 of a write (ADR 0003). Ints and tuples of atomic
     values are untracked.
     """
 

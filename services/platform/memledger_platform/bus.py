@@ -22,10 +22,16 @@ _DRAIN_SECONDS = 0.005
 _DAY = 24 * 3600.0
 
 
+def servers(url: str) -> list[str]:
+    """The servers of ``url``: one URL, or several separated by commas (a cluster's nodes)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 async def connect(url: str, name: str) -> Client:
-    """A connection that reconnects forever; a service outlives a NATS restart."""
-    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                              pending_size=64 * 1024 * 1024)
+    """A connection that reconnects forever, to any of the servers ``url`` names (one, or a
+    cluster's, comma-separated); a service outlives a NATS restart and a node's loss."""
+    return await nats.connect(servers(url), name=name, max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.5, pending_size=64 * 1024 * 1024)
 
 
 def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
@@ -52,7 +58,9 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int
     """Create memledger's streams, or bring an existing one's config up to date."""
     for config in stream_configs(subjects, replicas):
         try:
-            await js.stream_info(config.name or "")
+            info = await js.stream_info(config.name or "")
+            # the metadata is not ours to drop: it names the stream's deployment
+            config.metadata = info.config.metadata
             await js.update_stream(config)
         except nats.js.errors.NotFoundError:
             log.info("creating JetStream stream %s", config.name)

@@ -18,15 +18,13 @@ T = TypeVar("T")
 STUCK_EXIT_CODE = 70  # EX_SOFTWARE: the service was ended, it did not finish on its own
 
 # The writer thread wakes from a database round trip and then needs the GIL back from the busy
-# event loop thread. 2 ms measured best here (0.5 ms: more hand-offs; 5 ms: longer waits).
+# event loop thread: shorter waits for it than the default 5 ms, without hand-offs that cost
+# more than they save (ADR 0003).
 SWITCH_INTERVAL_SECONDS = 0.002
 
-# How many container objects may be allocated (net) before a young collection; Python's
-# default is 700. At 500 writes/s the `up` process paused for a collection of 5 ms or more
-# about 5 times a second (a full one every 2 s): 0.93-1.20 s of pauses, of 5-84 ms, in a run
-# of about 17 s (by `gc.callbacks`). Its young objects are mostly alive (batches, vectors as
-# lists of floats), so each collection walks them for little garbage. At 50,000: 0.18-0.22 s,
-# in 4-5 pauses of 30-78 ms, none longer than the full collections were. The older
+# How many container objects may be allocated (net) before a young collection (Python's
+# default is 700): a busy service's young objects are mostly alive (batches, vectors as lists
+# of floats), so frequent collections walk them for little garbage (ADR 0003). The older
 # generations keep their thresholds (counted in young collections).
 GC_YOUNG_THRESHOLD = 50_000
 

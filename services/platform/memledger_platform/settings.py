@@ -3,10 +3,11 @@ down. A bad value fails start-up with a message naming the variable."""
 
 import base64
 import binascii
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memledger_platform.limits import RateLimiter, RateLimits
@@ -41,7 +42,8 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(default=4, ge=1, le=64,
                                     description="connections per pool of a service")
 
-    nats_url: str | None = Field(default=None, description="distributed mode: nats:// URL(s)")
+    nats_url: str | None = Field(default=None, description="distributed mode: nats:// URL, "
+                                 "or a cluster's several, comma-separated")
     nats_port: Port | None = Field(default=None, ge=1, le=65_535,
                                    description="embedded nats-server's port (unset: free)")
     nats_prefix: str = Field(default="memledger", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
@@ -114,7 +116,9 @@ class Settings(BaseSettings):
         default="auto", description="auto: Cohere when a key is set, else the local model; "
         "hashing is a model-free stand-in for tests")
     cohere_api_key: str | None = Field(default=None, repr=False,
-                                       description="Cohere's API key (embeddings)")
+                                       description="Cohere's API key (embeddings, rerank, the "
+                                       "cohere extractor; with embedder auto, a key turns "
+                                       "embeddings to Cohere)")
     cohere_model: str = Field(default="embed-v4.0", description="Cohere embedding model")
     cohere_dims: int = Field(default=1024, ge=1, le=8_192,
                              description="dimensions of Cohere's embeddings")
@@ -132,8 +136,8 @@ class Settings(BaseSettings):
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
     enricher_batch: int = Field(default=64, ge=1, le=1_000,
                                 description="events embedded per model call")
-    # One batch at a time, its round trip through ingest left the model idle and held writes
-    # 5 s from being searchable at 100 writes/s.
+    # More than one: with one batch at a time, the model idles during each round trip through
+    # ingest (ADR 0006).
     enricher_in_flight: int = Field(default=3, ge=1, le=16, description="batches the "
                                     "enricher has under way at once (the next is embedded "
                                     "while ingest records the last)")
@@ -179,6 +183,18 @@ class Settings(BaseSettings):
         default=None, pattern=r"^https?://[^/\s]+(/\S*)?$", description="an OpenTelemetry "
         "collector's OTLP/HTTP address (e.g. http://localhost:4318): traces and metrics are "
         "sent there; unset: none are recorded")
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_urls(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = [part.strip() for part in value.split(",")]
+        for part in parts:
+            if not re.fullmatch(r"(nats|tls|ws|wss)://[^\s/,]+/?", part):
+                raise ValueError(f"{part or '(empty)'!r} is not a nats://host:port URL (a "
+                                 "cluster's URLs are separated by commas)")
+        return ",".join(parts)
 
     @model_validator(mode="after")
     def _a_key_within_its_tenant(self) -> "Settings":

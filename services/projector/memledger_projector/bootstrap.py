@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from memledger_platform import bus, telemetry
+from memledger_platform import bus, deployment, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
@@ -48,6 +48,7 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
     telemetry.configure(settings, "memledger-projector")
+    await deployment.check(settings, dsn, url)
     await run_until_signalled(lambda stop: serve(settings, dsn, url, stop),
                               grace_seconds=settings.stop_grace_seconds)
 

@@ -113,8 +113,8 @@ class FoldWorker:
         return change_log
 
     def close(self) -> None:
-        """Let the worker exit once done, in its own time (giving its memory back takes it
-        ~60 ms, which the rebuild need not wait for: a thread waits for it); otherwise (the
+        """Let the worker exit once done, in its own time (giving its memory back takes it a
+        while, which the rebuild need not wait for: a thread waits for it); otherwise (the
         rebuild failed or folds alone) end it now, rather than let it fold the rest of its
         share for nothing: the server rolls its transaction back as its connection goes."""
         for stream in (self._process.stdin, self._process.stdout):

@@ -41,12 +41,12 @@ BULK_EVENTS = 500_000
 """How many positions of the log a rebuild folds in memory before writing (bounds its
 memory)."""
 PARALLEL_FROM = 20_000
-"""The length of log from which a rebuild folds in two processes (starting the second one
-costs ~0.3 s)."""
+"""The length of log from which a rebuild folds in two processes (below it, starting the
+second one costs more than it saves)."""
 WORKER_SHARE = StreamShare("memory.", 9, 4)
 """The fold worker's share of the log: the memory events of 4 streams in 9 (an item's
 events are all in its stream; the rebuild folds every other event). A little under half:
-the worker starts ~0.3 s after the rebuild, which also has the few other events to fold."""
+the worker starts later than the rebuild, which also has the few other events to fold."""
 _HASHED = {
     "spaces": "tenant_id, space_id", "agents": "tenant_id, agent_id",
     "sessions": "tenant_id, session_id", "messages": "tenant_id, message_id",
@@ -84,7 +84,7 @@ def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
     parallel = until >= PARALLEL_FROM if parallel is None else parallel
     log = _Log(event_store, opener)
     # The fold stays alive until released during the index phase: the cycle collector,
-    # resumed before then, traversed its millions of objects (0.2 s).
+    # resumed before then, would traverse its millions of objects for nothing.
     with _commits_unawaited(conn), bulk.cycle_collector_paused():
         loaded = _bulk(conn, log, target, until, progress, parallel)
         _add_indexes(conn, target, loaded, until)
@@ -271,7 +271,7 @@ def _commits_unawaited(conn: Connection[Any]) -> Iterator[None]:
     (``synchronous_commit`` off). Safe for what a rebuild writes before it switches: nobody
     reads the new schema until then; a crash meanwhile leaves a partial schema that the next
     rebuild drops; and the switch's own commit is awaited, which puts all the WAL before it
-    on disk. Each bulk commit waited ~0.1 s for the disk otherwise."""
+    on disk. Otherwise each bulk commit would wait for the disk."""
     before = conn.execute("SHOW synchronous_commit").fetchone()
     conn.execute("SET synchronous_commit = off")
     try:

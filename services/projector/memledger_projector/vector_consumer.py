@@ -39,10 +39,9 @@ _tracer = telemetry.tracer(__name__)
 DURABLE = "projector-vectors"
 ACK_WAIT_SECONDS = 30.0
 FLUSH_SECONDS = 30.0
-"""Under steady writes, how often the index is flushed. A flush holds the GIL for 40-100 ms
-whatever it writes, stalling every request of the process: every 5 s it was in the visible
-p99 at 500 writes/s (345-415 ms, against 294-343 ms at 30 s). What it costs is replay: a
-restart re-derives the events since the last flush (idempotently)."""
+"""Under steady writes, how often the index is flushed. Rarely, because a flush holds the GIL
+whatever it writes, stalling every request of the process (ADR 0006). What it costs is
+replay: a restart re-derives the events since the last flush (idempotently)."""
 OPTIMIZE_AFTER_POINTS = 1_000
 MAX_RETRY_SECONDS = 10.0
 

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from memledger_enricher import embedders
 from memledger_enricher.embedding import Embedder
-from memledger_platform import bus, grpc_server, http_server, receipts, telemetry
+from memledger_platform import bus, deployment, grpc_server, http_server, receipts, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
@@ -168,5 +168,6 @@ async def run(settings: Settings) -> None:
         raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
     dsn, url = settings.postgres_dsn, settings.nats_url
     telemetry.configure(settings, "memledger-query")
+    await deployment.check(settings, dsn, url)
     await run_until_signalled(lambda stop: serve(settings, dsn, url, stop, print),
                               grace_seconds=settings.stop_grace_seconds)

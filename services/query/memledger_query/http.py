@@ -74,6 +74,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 OpenAPI document only listed 200 and 422)."""
 
 
+RETRY_AFTER_SECONDS = 1.0
+"""What a 503 asks a client to wait before trying again (a read model catching up, an audit
+record that could not be written): a replica, or the same one a moment later, may answer."""
+
+
 class Problem(Exception):
     def __init__(self, status: int, code: str, message: str, path: str | None = None,
                  **extra: Any) -> None:
@@ -115,8 +120,8 @@ def create_app(reader: Reader, store: EventStore, default_tenant: str | None,
     app.router.route_class = _JsonBodyRoute  # before any route is added
     _errors(app)
     # Plain ASGI middleware: the decorator kind (BaseHTTPMiddleware) runs the rest of the
-    # request in a task group of its own and streams the response through a queue, a
-    # measurable part of a 15 ms search. The last added runs first.
+    # request in a task group of its own and streams the response through a queue, which
+    # costs a search noticeably. The last added runs first.
     app.add_middleware(_WithinHead, reader=reader)
     app.add_middleware(_Authenticate, gate=gate or Gate(None, default_tenant))
     app.add_middleware(_LagHeaders, reader=reader)
@@ -268,7 +273,8 @@ async def read_visible(reader: Reader, min_position: int | None, wait_ms: int,
         await reader.wait_for(min_position, wait_ms)
     except NotYetVisible as late:
         raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                      projected_position=late.reached) from None
+                      projected_position=late.reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
     return await asyncio.to_thread(reader.run, fn, *args)
 
 

@@ -186,8 +186,7 @@ class Ranked:
     def explain(self) -> dict[str, float]:
         """Each component of the score, rounded. Built when asked, not with the score: a
         search ranks 40-80 candidates and explains at most the few it shows, and building
-        the dictionary for each took longer than scoring it (0.54-0.69 against 0.19-0.30 ms
-        for 80 candidates)."""
+        the dictionary costs more than the score."""
         f = self.factors
         if f is None:
             return {}
@@ -299,8 +298,8 @@ def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None,
     Hits after the ``limit``-th kept one are not looked at: they are not shown, so neither is
     what they duplicate, and their vectors are never fetched. The vectors are looked up as
     the walk reaches hits without one, a few more each time than the hits still wanted
-    (usually once a layer): fetching the vectors of all 40-80 candidates with the search and
-    converting them cost 1-2 ms a search at 100,000 items."""
+    (usually once a layer): fetching and converting the vectors of all 40-80 candidates
+    would cost every search for the few it compares (ADR 0006)."""
     wanted = len(ranked) if limit is None else min(limit, len(ranked))
     kept: list[Ranked] = []
     owners: list[Ranked] = []

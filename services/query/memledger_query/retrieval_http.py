@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from memledger_platform.auth import Principal
 from memledger_query import retrievals
 from memledger_query.http import (
+    RETRY_AFTER_SECONDS,
     MinPosition,
     Problem,
     Tenant,
@@ -61,7 +62,8 @@ async def _recorded(reader: Reader, who: Principal, retrieval_id: str,
         await reader.wait_for(min_position, wait_ms)
     except NotYetVisible as late:
         raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                      projected_position=late.reached) from None
+                      projected_position=late.reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
     found = await asyncio.to_thread(reader.run, retrieval, who.tenant, ident)
     if found is None or not _may_read(who, found.spaces):
         raise Problem(404, "not_found", f"retrieval {ident} not found")

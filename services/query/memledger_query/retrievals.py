@@ -17,7 +17,7 @@ from uuid import UUID
 
 from memledger_platform.crypto import ERASED
 from memledger_query.dto import Basis
-from memledger_query.http import Problem
+from memledger_query.http import RETRY_AFTER_SECONDS, Problem
 from memledger_query.reader import Reader
 from memledger_query.recorder import Recorder, RecordingFailed
 from memledger_query.retrieval_dto import Difference, RetrievalRecord, Shown
@@ -123,7 +123,7 @@ async def _record(recorder: Recorder, tenant: str, command: RecordRetrieval) -> 
         return (await recorder.record(tenant, command)).position
     except RecordingFailed as failed:
         raise Problem(503, "audit_failed", f"the retrieval could not be recorded, so it is "
-                      f"not answered: {failed}") from None
+                      f"not answered: {failed}", retry_after_seconds=RETRY_AFTER_SECONDS) from None
 
 
 # --- replay ---------------------------------------------------------------------------------

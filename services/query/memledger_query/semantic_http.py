@@ -37,7 +37,14 @@ from memledger_query import (
 )
 from memledger_query.dto import Basis
 from memledger_query.forming_http import theme_members
-from memledger_query.http import Problem, Tenant, _json, principal, within_head
+from memledger_query.http import (
+    RETRY_AFTER_SECONDS,
+    Problem,
+    Tenant,
+    _json,
+    principal,
+    within_head,
+)
 from memledger_query.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.reader import NotYetVisible, Reader
 from memledger_query.recorder import NoRecorder, Recorder
@@ -209,7 +216,8 @@ async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
     if wanted is not None and not await semantic.progress.wait_for(wanted, body.wait_ms / 1000):
         raise Problem(503, "not_yet_visible", f"the vector index reached position "
                       f"{semantic.progress.position}, not {wanted}, in time",
-                      "body.min_position", projected_position=semantic.progress.position)
+                      "body.min_position", projected_position=semantic.progress.position,
+                      retry_after_seconds=RETRY_AFTER_SECONDS)
     valid_at = body.valid_at or datetime.now(UTC)
     position, recorded_at = body.as_of_position, None
     if body.recorded_at is not None and position is None:
@@ -225,7 +233,8 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
         await semantic.reader.wait_for(max(at.position, body.min_position or 0), body.wait_ms)
     except NotYetVisible as late:
         raise Problem(503, "not_yet_visible", str(late), "body.min_position",
-                      projected_position=late.reached) from None
+                      projected_position=late.reached,
+                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
 
 
 # --- search -----------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ class Server:
     nats_url: str
     home: str = ""
     """The server's data directory (its master key is there)."""
+    pid: int = 0
+    """The ``memledger up`` process (its engines and services are its descendants)."""
 
 
 @contextmanager
@@ -58,7 +60,8 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
                 engines = with_credentials(  # the bench is the owner: it logs in as the admin
                     Path(home), f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
                     f"nats://127.0.0.1:{ports['NATS']}")
-                yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home)
+                yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home,
+                             proc.pid)
             except Exception:
                 # The server's data directory goes with it: its last words go to the terminal.
                 print(f"memledger bench: the server's log ended with:\n"
@@ -99,6 +102,22 @@ def wait_relayed(url: str, timeout: float = 120.0) -> float:
             return time.monotonic() - start
         time.sleep(0.05)
     raise RuntimeError(f"relay still {health['relay_lag']} events behind after {timeout}s")
+
+
+def wait_projected(url: str, timeout: float = 300.0, quiet: float = 1.0) -> float:
+    """Seconds until the read models have everything committed and nothing more is committed
+    for ``quiet`` seconds (the enricher's embeddings are commits too: its work is then done)."""
+    start, last, since = time.monotonic(), -1, time.monotonic()
+    while time.monotonic() - start < timeout:
+        committed = int(httpx.get(f"{url}/health", timeout=5).json()["position"])
+        projected = httpx.get(f"{url}/v1/query/health", timeout=5).json()["projected_position"]
+        if committed != last:
+            last, since = committed, time.monotonic()
+        elif projected is not None and int(projected) >= committed and (
+                time.monotonic() - since) >= quiet:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise RuntimeError(f"the read models were still behind position {last} after {timeout}s")
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -61,7 +61,7 @@ def commands(conversation: Conversation, store: Store) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"command": "create_space", "space_id": space}]
     for session in conversation.sessions:
         said = session.said_at.isoformat()
-        session_id = _id(space, f"session/{session.number}")
+        session_id = session_id_of(space, session.number)
         if store == "messages":
             out.append({"command": "start_session", "space_id": space,
                         "session_id": session_id, "title": f"session {session.number}"})
@@ -80,6 +80,11 @@ def _message(space: str, session_id: str, turn: Turn, said: str) -> dict[str, An
 def _memory(space: str, turn: Turn, said: str) -> dict[str, Any]:
     return {"command": "assert_memory", "space_id": space, "item_id": _id(space, turn.dia_id),
             "kind": "episode", "content": document(turn), "valid_from": said}
+
+
+def session_id_of(space: str, number: int) -> str:
+    """The id session ``number`` of the conversation in ``space`` is loaded under."""
+    return _id(space, f"session/{number}")
 
 
 def _id(space: str, name: str) -> str:
@@ -136,15 +141,21 @@ async def ask_all(http: aiohttp.ClientSession, loaded: Sequence[Loaded],
 
 async def ask(http: aiohttp.ClientSession, loaded: Loaded, question: Question,
               extra: dict[str, Any]) -> Asked:
+    hits, ms = await search(http, loaded, question, extra)
+    ranking = [loaded.turn_of[h] for h in map(hit_id, hits) if h in loaded.turn_of]
+    return Asked(question, ranking, ms)
+
+
+async def search(http: aiohttp.ClientSession, loaded: Loaded, question: Question,
+                 extra: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
+    """The hits of ``question`` asked of its conversation's space, and how long it took (ms)."""
     body = {"query": question.question, "spaces": [loaded.space], "k": K, "threshold": 0,
             "valid_at": loaded.conversation.asked_at.isoformat(), **extra}
     started = time.perf_counter()
     answer = await post(http, "/v1/search", body)
-    ms = (time.perf_counter() - started) * 1000
-    ranking = [loaded.turn_of[h] for h in map(_hit_id, answer["results"])
-               if h in loaded.turn_of]
-    return Asked(question, ranking, ms)
+    return answer["results"], (time.perf_counter() - started) * 1000
 
 
-def _hit_id(hit: dict[str, Any]) -> str:
+def hit_id(hit: dict[str, Any]) -> str:
+    """The message id of a message hit, the item id of a memory hit."""
     return str(hit.get("message_id") or hit["item_id"])

@@ -18,12 +18,14 @@ import nats
 import orjson
 import psycopg
 
+from memledger_cli.bench import cpu
 from memledger_cli.bench.common import (
     Scenario,
     Steps,
     measured,
     percentile,
     private_server,
+    wait_projected,
     wait_relayed,
 )
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
@@ -57,9 +59,12 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             # Each phase on its own: the relay publishes the batch phase's backlog first.
             batch_catchup = await asyncio.to_thread(wait_relayed, server.url)
             steps.step(f"single writes, {args.clients} clients, {args.seconds:g}s")
+            before = cpu.cpu_seconds(server.pid)
             single_rate, latencies = await _single_phase(http, args)
         steps.step("waiting for the relay to catch up")
         catchup = await asyncio.to_thread(wait_relayed, server.url)
+        await asyncio.to_thread(wait_projected, server.url)
+        cpu_per_fact = cpu.ms_per_operation(before, cpu.cpu_seconds(server.pid), len(latencies))
         steps.step(f"NATS intake, {args.intake_count} commands")
         intake_rate = await _intake_phase(server.nats_url, args.intake_count)
         steps.step(f"raw JetStream publishes, {args.raw_count}")
@@ -80,6 +85,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         "relay_catchup_s_after_single": round(catchup, 2),
         "batch_size": args.batch_size, "batch_clients": args.batch_clients,
         "single_clients": args.clients, "seconds_per_phase": args.seconds,
+        "cpu_ms_per_fact_single": cpu_per_fact,
         "cpus": os.cpu_count(),
     }
 

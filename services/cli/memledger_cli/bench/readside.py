@@ -306,8 +306,7 @@ def _time_rebuilds(dsn: str, home: Path, runs: int) -> dict[str, Any]:
 def _vacuum(dsn: str) -> float:
     """VACUUM (ANALYZE) the database; how long it took. Autovacuum would do it on its own
     within a minute or so: of the load at first, then of the model the previous run built,
-    in the middle of the next run (measured: at work for ~4 s of the ~10 s of a run's raw
-    read, rebuild and comparison)."""
+    in the middle of the next run, skewing what it measures."""
     started = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")

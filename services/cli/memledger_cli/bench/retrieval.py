@@ -12,6 +12,10 @@ same metrics of baselines computed in this process over the same turns (``baseli
 ``baseline_bm25_*``, ``baseline_dense_*`` and ``baseline_rrf_*``), and memledger's own search
 with one signal alone (``dense_only_*``, ``keyword_only_*``), which its fusion must beat.
 
+With ``--forming`` (``formed``), every session is then ended and the questions asked again,
+once of the messages alone and once of messages and the memories the enricher formed from
+them (``forming_*``), each hit credited with the turns it brings back (``credit``).
+
 SituatedQA (``situated``): accuracy of the answer that held at a date, with and without the
 valid-time filter (``situatedqa_*``). It is loaded after LoCoMo's questions are asked, so its
 statements do not change their keyword statistics.
@@ -26,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from memledger_cli.bench import baselines, conversations, locomo, recall, situated
+from memledger_cli.bench import baselines, conversations, formed, locomo, recall, situated
 from memledger_cli.bench import situatedqa as sqa
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.settle import settled
@@ -49,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", choices=("auto", "messages", "memories"), default="auto",
                         help="turns as messages, or as memories (auto: messages if the "
                         "server searches them)")
+    parser.add_argument("--forming", action="store_true",
+                        help="then end every session and ask again, of the messages alone "
+                        "and of messages and the memories formed from them (forming_*)")
     parser.add_argument("--situatedqa", default=None,
                         help=f"directory of {sqa.FILE} (default: ${sqa.ENV}, else "
                         "../shared/data/situatedqa beside the repository)")
@@ -72,10 +79,13 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     talks = locomo.conversations(locomo.data_dir(args.data), count=args.conversations,
                                  sessions=args.sessions, limit=args.limit)
     sqa_dir = sqa.data_dir(args.situatedqa) if args.situatedqa_limit != 0 else None
-    with Steps(total=5) as steps, \
+    with Steps(total=6 if args.forming else 5) as steps, \
             private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
         async with aiohttp.ClientSession(server.url) as http:
             store = await conversations.store_of(http, args.store)
+            if args.forming and store != "messages":
+                raise SystemExit("bench retrieval: --forming needs the turns as messages "
+                                 "(--store messages), which are what memories form from")
             steps.step(f"loading {sum(len(t.turns) for t in talks)} turns as {store}")
             loaded = await conversations.load_all(http, server.nats_url, talks, store)
             await settled(http)
@@ -83,6 +93,10 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             asked = await conversations.ask_all(http, loaded)
             parts = {name: await conversations.ask_all(http, loaded, {"weights": weights})
                      for name, weights in PARTS.items()}
+            forming: dict[str, Any] = {}
+            if args.forming:
+                steps.step("ending sessions, forming memories, asking again")
+                forming = await formed.measure(http, loaded)
             steps.step("SituatedQA")
             timeline = {} if sqa_dir is None else await situated.measure(
                 http, server.nats_url, sqa_dir, args.situatedqa_limit, args.clients,
@@ -92,7 +106,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "conversations": len(talks), "sessions": sum(len(t.sessions) for t in talks),
             "turns": sum(len(t.turns) for t in talks), "questions": len(asked),
             "k": conversations.K, "model": "local (all-MiniLM-L6-v2)",
-            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked), **timeline,
+            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked), **forming,
+            **timeline,
             "cpus": os.cpu_count()}
 
 

@@ -34,6 +34,7 @@ from memledger_platform.engines.nats_auth import (
     stored_passwords,
     user_url,
 )
+from memledger_platform.engines.nats_cluster import EmbeddedNatsCluster
 from memledger_platform.engines.permissions import make_private
 from memledger_platform.engines.postgres import EmbeddedPostgres
 from memledger_platform.engines.postgres_auth import stored_password
@@ -54,6 +55,7 @@ __all__ = [
     "PG_SUPERUSER",
     "PG_SYSTEM_USER",
     "EmbeddedNats",
+    "EmbeddedNatsCluster",
     "EmbeddedPostgres",
     "EngineStartError",
     "NatsPermissions",

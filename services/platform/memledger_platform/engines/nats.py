@@ -14,14 +14,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from memledger_platform.engines.credentials import open_private_log, write_private
+from memledger_platform.engines.credentials import (
+    ensure_passwords,
+    open_private_log,
+    write_private,
+)
 from memledger_platform.engines.nats_auth import (
     NATS_ADMIN,
+    PASSWORDS_FILE,
     NatsPermissions,
     authorization,
-    user_passwords,
     user_url,
 )
+from memledger_platform.engines.nats_routes import ClusterMembership
 from memledger_platform.engines.process import (
     _NATS_READY_INBOX,
     _NATS_READY_TIMEOUT,
@@ -59,23 +64,30 @@ def _nats_binary() -> Path:
     return Path(found)
 
 
-def _nats_config(port: int, pid_file: Path, store_dir: Path, users: list[str]) -> str:
+def _nats_config(port: int, pid_file: Path, store_dir: Path, users: list[str],
+                 cluster: ClusterMembership | None = None) -> str:
     """nats.conf text: loopback only, 8 MB payloads, JetStream under ``store_dir``, and
-    ``users`` (the lines of its authorization block).
+    ``users`` (the lines of its authorization block); with ``cluster``, the node's name and
+    routes, and every write fsynced before it is acknowledged.
 
-    JetStream keeps its default sync_interval (fsync every 2 minutes): data
-    survives a process crash, only a machine crash can lose recent writes.
+    A single node keeps JetStream's default sync_interval (fsync every 2 minutes): data
+    survives a process crash, only a machine crash can lose recent writes. A cluster node
+    fsyncs each write (``sync_interval: always``): a write acknowledged by a quorum of nodes
+    that then all lose power is otherwise lost, as Jepsen found of NATS 2.12.1.
     """
     return "\n".join(
         [
             "# Written by memledger on every start; edits are overwritten.",
+            *([f"server_name: {json.dumps(cluster.server_name)}"] if cluster else []),
             f'listen: "{LOOPBACK}:{port}"',
             "max_payload: 8MB",
             f"pid_file: {json.dumps(str(pid_file))}",
             "jetstream {",
             f"  store_dir: {json.dumps(str(store_dir))}",
+            *(["  sync_interval: always"] if cluster else []),
             "}",
             *users,
+            *(cluster.config(LOOPBACK) if cluster else []),
             "",
         ]
     )
@@ -130,9 +142,11 @@ class EmbeddedNats:
     """
 
     def __init__(self, data_dir: Path, port: int | None = None, port_setting: str = "port",
-                 users: Mapping[str, NatsPermissions] | None = None) -> None:
+                 users: Mapping[str, NatsPermissions] | None = None,
+                 cluster: ClusterMembership | None = None) -> None:
         """``port=None`` picks a free port; ``port_setting`` names the setting in errors;
-        ``users`` are the users beside ``admin``, each with its permissions."""
+        ``users`` are the users beside ``admin``, each with its permissions; ``cluster``
+        makes this server a node of a JetStream cluster (whose passwords file it shares)."""
         self._dir = data_dir.resolve() / "nats"
         self._config_path = self._dir / "nats.conf"
         self._pid_path = self._dir / "nats-server.pid"
@@ -144,6 +158,8 @@ class EmbeddedNats:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._address: str | None = None
+        self._cluster = cluster
+        self._passwords_path = cluster.passwords_file if cluster else self._dir / PASSWORDS_FILE
 
     @property
     def pid(self) -> int | None:
@@ -169,21 +185,44 @@ class EmbeddedNats:
         Returns the current URL if already running.  Raises PortInUseError for
         a busy explicit port and EngineStartError (with the log tail) otherwise.
         """
+        if self.address is None:
+            self.launch()
+            self.wait_ready()
+        return self.url()
+
+    def launch(self) -> None:
+        """Spawn the server without waiting for it (a cluster's nodes answer JetStream only
+        once a quorum of them runs, so they are all launched before any is waited for)."""
         if self.address is not None:
-            return self.url()
+            return
         self.stop()  # reap a server that died on its own and close its log
         binary = _nats_binary()
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._stop_stale_server()
         port = _resolve_port(self._requested_port, self._port_setting)
-        self._passwords = user_passwords(self._dir, self._users)
+        self._passwords = ensure_passwords(self._passwords_path, self._users)
         # nats-server appends "jetstream" itself, so streams land in nats/jetstream/.
         write_private(self._config_path, _nats_config(
-            port, self._pid_path, self._dir, authorization(self._users, self._passwords)))
-        self._launch(binary, port)
+            port, self._pid_path, self._dir, authorization(self._users, self._passwords),
+            self._cluster))
+        self._log_file = open_private_log(self._log_path)
+        argv = [str(binary), "-c", str(self._config_path)]
+        self._proc = _spawn(argv, self._log_file, self._dir, signal.SIGTERM, None)
         self._address = f"nats://{LOOPBACK}:{port}"
+
+    def wait_ready(self, timeout: float = _NATS_READY_TIMEOUT) -> None:
+        """Block until the launched server answers JetStream (on a cluster: until it has a
+        meta leader); stop it and raise EngineStartError if it does not within ``timeout``."""
+        if self._proc is None or self._address is None:
+            raise EngineStartError("nats-server was not launched")
+        port = int(self._address.rsplit(":", 1)[1])
+        try:
+            ready = functools.partial(_jetstream_ready, port, self._passwords[NATS_ADMIN])
+            _wait_ready(self._proc, ready, timeout, "nats-server", self._log_path)
+        except BaseException:
+            self.stop()
+            raise
         _log.info("NATS ready at %s (pid %s, data %s)", self._address, self.pid, self._dir)
-        return self.url()
 
     def stop(self) -> None:
         """SIGTERM, SIGKILL after 10 s.  Safe to call repeatedly."""
@@ -203,16 +242,3 @@ class EmbeddedNats:
         if _owned_live_process(pid, "nats-server", str(self._config_path)) is not None:
             _log.warning("stopping stale nats-server (pid %d) on %s", pid, self._dir)
             _stop_tree(pid, signal.SIGTERM, _NATS_STOP_TIMEOUT)
-
-    def _launch(self, binary: Path, port: int) -> None:
-        """Spawn nats-server and wait for JetStream; clean up on failure."""
-        self._log_file = open_private_log(self._log_path)
-        argv = [str(binary), "-c", str(self._config_path)]
-        self._proc = _spawn(argv, self._log_file, self._dir, signal.SIGTERM, None)
-        try:
-            ready = functools.partial(_jetstream_ready, port, self._passwords[NATS_ADMIN])
-            _wait_ready(self._proc, ready, _NATS_READY_TIMEOUT, "nats-server", self._log_path)
-        except BaseException:
-            self.stop()
-            raise
-

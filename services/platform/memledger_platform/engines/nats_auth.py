@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from memledger_platform.engines.credentials import ensure_passwords, read_passwords
+from memledger_platform.engines.credentials import read_passwords
 
 NATS_ADMIN = "admin"
 """The user every embedded nats-server has, with every permission (the engine's own probe,
@@ -40,12 +40,6 @@ def stored_passwords(data_dir: Path) -> dict[str, str]:
     return read_passwords(data_dir.resolve() / "nats" / PASSWORDS_FILE)
 
 
-def user_passwords(server_dir: Path, users: Mapping[str, NatsPermissions | None]
-                   ) -> dict[str, str]:
-    """The password of every user in ``users``, made (and stored) for those that have none."""
-    return ensure_passwords(server_dir / PASSWORDS_FILE, users)
-
-
 def authorization(users: Mapping[str, NatsPermissions | None], passwords: Mapping[str, str]
                   ) -> list[str]:
     """The ``authorization`` block of nats.conf: each user, its password, its permissions
@@ -60,6 +54,10 @@ def authorization(users: Mapping[str, NatsPermissions | None], passwords: Mappin
 
 
 def user_url(address: str, user: str, password: str) -> str:
-    """``nats://<user>:<password>@host:port`` from ``nats://host:port``."""
-    scheme, _, rest = address.partition("://")
-    return f"{scheme}://{user}:{password}@{rest}"
+    """``nats://<user>:<password>@host:port`` from ``nats://host:port`` (each of them, for
+    a cluster's comma-separated addresses)."""
+    urls = []
+    for one in address.split(","):
+        scheme, _, rest = one.strip().partition("://")
+        urls.append(f"{scheme}://{user}:{password}@{rest}")
+    return ",".join(urls)

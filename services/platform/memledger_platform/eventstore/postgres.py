@@ -1,12 +1,14 @@
-"""``EventStore`` on PostgreSQL through the eventsourcing library's application recorder.
+"""``EventStore`` on PostgreSQL: a recorder of memledger's own on the eventsourcing library's
+datastore and table (docs/adr/0002-event-store.md says why).
 
-The library supplies the table, the connection pool, the optimistic concurrency primary key
-(stream, version) and the notification log whose ids are our global positions; its EXCLUSIVE
-table lock makes commit order equal position order, so a reader that tails positions never
-skips a late commit. We add, in the same transaction: a ``recorded_at`` column assigned under
-that lock (so it never decreases in position order, even if the clock steps back), and the
-idempotency records; and our own insert, which cannot wedge on a large append (docs/adr/0003).
-See docs/adr/0002-event-store.md.
+From the library: the connection pool, the events table with its optimistic concurrency
+primary key (stream, version) and the notification ids that are our global positions, and the
+EXCLUSIVE table lock that makes commit order equal position order, so a reader that tails
+positions never skips a late commit. Ours: the insert (never the library's ``insert_events``),
+which writes in one transaction the idempotency records, the events and a ``recorded_at``
+assigned under that lock (so it never decreases in position order, even if the clock steps
+back), and fetches before it syncs, so a large append cannot wedge (docs/adr/0003); and every
+read.
 """
 
 from collections.abc import Iterator, Sequence
@@ -48,7 +50,9 @@ _COLUMNS = "originator_id, originator_version, topic, state, notification_id, re
 
 
 class _Recorder(PostgresApplicationRecorder):
-    """The library's recorder with a commit timestamp column and idempotency records."""
+    """Our recorder. It subclasses the library's only to reuse the table's DDL, the lock
+    statements and the notify channel it builds (attributes, not a documented API); it never
+    calls the library's insert or overrides its private hooks."""
 
     def __init__(self, datastore: PostgresDatastore, table: str) -> None:
         super().__init__(datastore, events_table_name=table)
@@ -231,7 +235,7 @@ class PostgresEventStore(EventStore):
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor[DictRow]]:
         # Results in binary: an event's bytea comes as it is stored, not hex-encoded by the
-        # server and decoded here (reading the log went from ~80,000 to ~140,000 events/s).
+        # server and decoded here, a large part of reading the log (docs/adr/0002).
         with self._connection() as conn, conn.cursor(binary=True) as curs:
             yield curs
 

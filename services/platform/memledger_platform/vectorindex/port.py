@@ -139,8 +139,7 @@ class VectorIndex(ABC):
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
         """The dense vectors as stored (unit-length) of those of ``point_ids`` that have one,
         by point id; unknown ids are left out. Hits come without them: ranking compares only
-        the few hits it shows, and converting the vectors of every hit cost a search about
-        1 ms at 40 hits (ADR 0006)."""
+        the few hits it shows, so converting every hit's vector would be wasted (ADR 0006)."""
 
     @abstractmethod
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
@@ -225,9 +224,7 @@ def conditions(scope: Scope) -> list[Condition]:
     As few as that takes: an engine checks every condition on every point a search visits (and
     on every point not yet in an HNSW graph), so each one costs. System time is one condition
     on ``sys_until``, and ``sys_from <= p`` is left out when ``p`` is now (every version
-    written has it). On a 100k shard as a load leaves it (6,500 points not yet indexed), a
-    dense fetch with these five took 0.9-1.0 ms less than with the seven of before, for a
-    one-space scope (ADR 0006)."""
+    written has it). Figures in ADR 0006."""
     position = _position(scope)
     found = [Condition("tenant", "eq", scope.tenant),
              Condition("valid_from", "lte", scope.valid_at),
