@@ -7,6 +7,7 @@ how long recovery took. Printed at the end of the run, and written into the sect
 import os
 import re
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.faults.backlog import FAULTS, Struck
@@ -62,6 +63,11 @@ def markdown(made: list[Row]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def run_of() -> str:
+    """When this run was, as a section of the page says it."""
+    return f"Run of {datetime.now(UTC).strftime('%Y-%m-%d %H:%M')} UTC"
 
 
 def write_section(name: str, text: str) -> None:

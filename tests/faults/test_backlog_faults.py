@@ -13,7 +13,6 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +92,7 @@ def _section(run: Run, plan: BacklogPlan, table: str) -> str:
     ops: dict[str, int] = {}
     for write in run.ledger.acked:
         ops[write.op] = ops.get(write.op, 0) + (len(write.effects) if write.op == "batch" else 1)
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"Run of {when}, seed {plan.seed}, backlog {plan.backlog} events per fault; "
+    return (f"{reliability.run_of()}, seed {plan.seed}, backlog {plan.backlog} events per fault; "
             f"acknowledged by kind: {', '.join(f'{k} {v}' for k, v in sorted(ops.items()))}; "
             f"refused {len(run.ledger.refused)}; erased subjects {len(run.ledger.erased)}; "
             f"client retries {run.ledger.retries}; `memledger verify`: exit "

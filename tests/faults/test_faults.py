@@ -77,7 +77,8 @@ def _check(run: Run, tables: list[str], section: str = "") -> None:
     made = report.rows(run.outcomes, run.copies, run.recoveries)
     tables.append(report.table(made))
     if section:
-        reliability.write_section(section, report.markdown(made))
+        reliability.write_section(section, f"{reliability.run_of()} (`make test-faults`)."
+                                  f"\n\n{report.markdown(made)}")
     report.write_json(made, {"verify": {"exit_code": run.verify_code, **run.verified},
                              "unresolved": len(run.outcomes.unresolved),
                              "client_retries": run.outcomes.retries,
