@@ -1,7 +1,8 @@
 """Faults that land while work is in flight, under a running mixed load: a consumer is stopped
 (SIGSTOP) until thousands of events wait for it, let go, and killed -9 once it has worked
-through a random part of them (the rest still in flight); ``memledger rebuild`` is killed -9 at a random moment and run again; an erasure
-is asked while the projector and the query service (the vector projector) are killed -9.
+through a random part of them (the rest still in flight); ``memledger rebuild`` is killed -9
+at a random moment and run again; an erasure is asked while the projector and the query
+service (the vector projector) are killed -9.
 
 Each fault reports how long recovery took: until the read models (the PostgreSQL one and the
 vector index) held every write acknowledged before the kill (and, for the enricher, until it
