@@ -35,6 +35,10 @@ PATH_PARAMETERS = ("space_id", "item_id", "session_id", "message_id", "entity_id
                    "relation_id", "retrieval_id", "subject_id")
 """The path parameters a fill must give (a route with another one fails the matrix)."""
 
+ADDRESS_ONLY = ("subject",)
+"""Path parameters that are also optional filters elsewhere (search's and a listing's
+``subject``): filled only where they address the call, so that the filters stay open."""
+
 BODY_PROPERTIES = (*PATH_PARAMETERS, "spaces", "superseded_by", "similar_to",
                    "merged_item_ids", "source_item_id", "source_entity", "target_entity",
                    "query", "threshold")
@@ -159,7 +163,7 @@ def _is_batch(case: HttpCase) -> bool:
 
 
 def _given(fill: Fill, name: str, case: str) -> Any:
-    if name not in PATH_PARAMETERS or name not in fill:
+    if name not in (*PATH_PARAMETERS, *ADDRESS_ONLY) or name not in fill:
         raise Unfillable(f"{case}: no value for path parameter {name!r}: add it to "
                          "PATH_PARAMETERS in tests/integration/isolation_cases.py and to "
                          "the fill of tests/integration/isolation_system.py")
@@ -172,6 +176,15 @@ _STRINGS = ("x", "x1", "0123456789abcdef", "a@b.c")
 """Tried in turn against a string's pattern."""
 
 
+def _admits(schema: dict[str, Any], value: Any) -> bool:
+    """Whether a number's bounds admit ``value`` (search's threshold 0 is not a theme's, which
+    must be above 0): a fill the schema refuses would be refused before the call is judged."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return True
+    return not (value <= schema.get("exclusiveMinimum", float("-inf"))
+                or value < schema.get("minimum", float("-inf")))
+
+
 @dataclass
 class Instances:
     components: dict[str, Any]
@@ -180,7 +193,7 @@ class Instances:
 
     def of(self, schema: dict[str, Any], name: str | None = None) -> Any:
         schema = self.resolved(schema)
-        if name in BODY_PROPERTIES and name in self.fill:
+        if name in BODY_PROPERTIES and name in self.fill and _admits(schema, self.fill[name]):
             return self.fill[name]
         for key in ("const", "default"):
             if key in schema and schema[key] is not None:
@@ -277,6 +290,8 @@ def _set(request: Message, field: FieldDescriptor, fill: Fill, case: str) -> Non
         return  # time travel and limits: their defaults
     if field.name == "after":
         value = fill["cursor"] if case.endswith("Changes") else None
+    elif field.name in ADDRESS_ONLY and not field.has_presence:
+        value = fill.get(field.name)
     else:
         value = fill.get(field.name) if field.name in BODY_PROPERTIES else None
     if value is None:

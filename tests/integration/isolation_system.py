@@ -166,7 +166,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
     # victim's data holds.
     tag = uuid.uuid4().hex[:8]
     ids.update(entity_id=f"ent-{tag}", other_entity_id=f"ent2-{tag}",
-               subject_id=f"person-{tag}", agent_id=f"agent-{tag}")
+               subject_id=f"person-{tag}", agent_id=f"agent-{tag}", subject=f"who-{tag}")
     item, other, old = (uuid.UUID(ids[k]) for k in ("item_id", "other_item_id", "old_item_id"))
     session = uuid.UUID(ids["session_id"])
     return [
@@ -180,7 +180,7 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
                          content=f"said {m} zebra", participant=f"participant-{m}")],
         [c.AssertMemory(space_id=s, item_id=item, kind="fact", content=f"fact {m} umbrella",
                         tags=(f"tag-{m}",), subject_id=ids["subject_id"],
-                        triple=Triple(subject=f"subj-{m}", predicate="likes",
+                        triple=Triple(subject=ids["subject"], predicate="likes",
                                       object=f"obj-{m}"), agent_id=ids["agent_id"]),
          c.AssertMemory(space_id=s, item_id=other, kind="preference",
                         content=f"other {m} umbrella"),
@@ -206,7 +206,9 @@ def commands_for(owned: Owned) -> list[list[c.CommandBase]]:
          c.RecordPreference(space_id=s, source_item_id=item, rule_id=f"rule-{m}",
                             category="food", value=f"preference {m}", confidence=0.9),
          c.RecordEntities(space_id=s, item_id=item, item_version=1, extractor="rules",
-                          entities=(ExtractedEntity(name=f"Name {m}", type="person"),))],
+                          entities=(ExtractedEntity(name=f"Name {m}", type="person"),)),
+         c.RecordTheme(space_id=s, theme_id=uuid.uuid4(), label=f"theme {m}",
+                       members=(item, other), size=2, threshold=0.8, policy_version=1)],
     ]
 
 

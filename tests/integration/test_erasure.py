@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import grpc
 import httpx
 import psycopg
 import pytest
@@ -20,18 +21,21 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_enricher.embedding import HashingEmbedder
+from memledger_ingest import grpc_api as ingest_grpc
 from memledger_ingest.bootstrap import Endpoints
 from memledger_ingest.erasure import Erasure, LegalHold
 from memledger_ingest.http import create_app
 from memledger_ingest.writer import GroupCommitWriter
-from memledger_platform import receipts
-from memledger_platform.auth import TENANT_HEADER
+from memledger_platform import grpc_server, receipts
+from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.crypto import ERASED, Opener
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_projector import rebuild, schema
 from memledger_schemas import commands as c
+from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
+from memledger_schemas.grpc.v1 import ingest_pb2_grpc
 from memledger_schemas.subjects import Subjects
 from tests.integration.erasure_support import stream_hits
 from tests.integration.ingest_support import running
@@ -214,6 +218,34 @@ async def test_the_api_erases_and_answers_with_the_whole_receipt(
     assert set(receipt["purged"]) == {"postgres", "vectors"}
     assert receipt["purged"]["postgres"]["entities"] == 1
     assert again.json()["keys_destroyed"] == []  # nothing left to destroy: still recorded
+
+
+async def test_grpc_erases_with_the_receipt_and_names_what_it_refuses(
+        world: tuple[Pipeline, PostgresKeyring, GroupCommitWriter], engines: Endpoints,
+        event_store: PostgresEventStore, pg_schema: str) -> None:
+    _, keyring, writer = world
+    await _populate(writer)
+    erasure = Erasure(event_store, keyring, writer, (engines.postgres_dsn, pg_schema))
+    resolve = grpc_server.principal_resolver(Gate(None, "default"), "write")
+    server, address = await grpc_server.start(
+        [ingest_grpc.registrar(writer, resolve, erasure)], "127.0.0.1", 0, fallback=0,
+        setting="MEMLEDGER_GRPC_PORT")
+    acme = ((grpc_server.TENANT_METADATA, "acme"),)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = ingest_pb2_grpc.IngestStub(channel)
+            receipt = await stub.Erase(ipb.EraseRequest(subject_id="u7", reason="asked to"),
+                                       metadata=acme)
+            with pytest.raises(grpc.aio.AioRpcError) as bad:
+                await stub.Erase(ipb.EraseRequest(subject_id="a\x00b"), metadata=acme)
+    finally:
+        await server.stop(0)
+    assert (receipt.subject_id, receipt.complete) == ("u7", True)
+    assert set(receipt.purged) == {"postgres", "vectors"}
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    body = grpc_server.error_body(bad.value)
+    assert body is not None
+    assert [f["path"] for f in body["error"]["fields"]] == ["subject_id"]
 
 
 async def _healthy() -> dict[str, Any]:

@@ -89,7 +89,7 @@ async def world(engines: Endpoints, event_store: PostgresEventStore, pg_schema: 
                          writer, HashingEmbedder(), tmp_path / "vectors",
                          keyring=keyring) as p:
             assert p.semantic is not None
-            reads = grpc_server.tenant_resolver(Gate(None, "default"), "read")
+            reads = grpc_server.principal_resolver(Gate(None, "default"), "read")
             server, address = await grpc_server.start(
                 [grpc_api.registrar(p.reader, event_store, p.semantic, reads)], "127.0.0.1",
                 0, fallback=0, setting="MEMLEDGER_GRPC_PORT")

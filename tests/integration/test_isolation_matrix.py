@@ -256,7 +256,7 @@ async def test_the_victims_own_reads_show_what_the_attacks_must_not_see(world: W
     blind = [s for s in shown if s[1] not in ("200", "OK") or not s[2]]
     assert blind == [], ("the victim's own reads of these show none of its data, so attacks "
                          "on them prove nothing: give the victim such data in "
-                         "isolation_system.commands_for, or a fill the route can use")
+                         f"isolation_system.commands_for, or a fill the route can use: {blind}")
     assert len(world.side_secrets) > 10
 
 

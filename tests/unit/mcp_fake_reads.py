@@ -44,6 +44,8 @@ class FakeReads:
         self.changes: list[dict[str, Any]] = []
         self.requests: list[httpx.Request] = []
         self.audit_fails = False
+        self.embedder_down = False
+        """Search answers as the server does without its embedder (keywords alone)."""
         """Audited searches fail as where the query service cannot record them."""
 
     def sent(self, path: str) -> list[httpx.Request]:
@@ -151,7 +153,8 @@ class FakeReads:
         return httpx.Response(200, json={
             "basis": self.basis().model_dump(mode="json"), "mode": body.get("mode"),
             "threshold": 0.25, "model": "fake", "results": hits, "collapsed": {},
-            "retrieval_id": audited})
+            "retrieval_id": audited, **({"degraded": ["embedder"], "ranking": "keyword"}
+                                        if self.embedder_down else {})})
 
     def context(self, *, body: dict[str, Any], **_: Any) -> httpx.Response:
         if body["space_id"] not in self.spaces:

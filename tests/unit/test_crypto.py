@@ -1,6 +1,8 @@
 """Crypto-shredding: personal fields leave the writer sealed with their subject's key, open
 with it, and open to placeholders (never an error) once it is destroyed."""
 
+import random
+from array import array
 from typing import Any
 
 import orjson
@@ -52,6 +54,32 @@ def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> Non
     assert keyring.destroy("acme", "user-7") == [key.key_id]
     erased = open_document(_document(sealed), keyring.key)["payload"]
     assert erased == {**payload, "content": ERASED, "triple": None}
+
+
+def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_itself() -> None:
+    keyring = MemoryKeyring()
+    key = keyring.for_writing("acme", "user-7", "main")
+    rng = random.Random(7)
+    vector = array("f", [rng.gauss(0, 0.05) for _ in range(384)]).tolist()
+    payload = {"item_id": "i", "item_version": 1, "vector": vector}
+    sealed = seal_payload(payload, "memory.embedded", "e1", key)
+    assert len(sealed["vector"]) < len(orjson.dumps(vector)) / 3  # base64 of 4 bytes each
+    assert sealed_key_ids(orjson.dumps(_document(sealed, "memory.embedded"))) == {key.key_id}
+    opened = open_document(_document(sealed, "memory.embedded"), keyring.key)["payload"]
+    assert opened == payload
+    keyring.destroy("acme", "user-7")
+    assert open_document(_document(sealed, "memory.embedded"), keyring.key)["payload"][
+        "vector"] is None
+
+
+@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [1e300, 0.5], [0.5, 1, 0.25], [0.5, True]])
+def test_a_list_single_precision_does_not_hold_exactly_is_sealed_as_json(vector: list[Any]
+                                                                         ) -> None:
+    keyring = MemoryKeyring()
+    key = keyring.for_writing("acme", "user-7", "main")
+    sealed = seal_payload({"vector": vector}, "memory.embedded", "e1", key)
+    opened = open_document(_document(sealed, "memory.embedded"), keyring.key)["payload"]
+    assert orjson.dumps(opened["vector"]) == orjson.dumps(vector)
 
 
 @pytest.mark.parametrize("event_type", sorted(PERSONAL))

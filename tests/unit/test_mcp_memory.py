@@ -114,6 +114,17 @@ async def test_recall_answers_unaudited_where_memledger_cannot_record_the_retrie
     assert [json.loads(r.content)["audit"] for r in fake.sent("/v1/search")] == [True, False]
 
 
+async def test_recall_tells_the_model_when_keywords_alone_ranked_it(
+        fake: FakeMemledger) -> None:
+    async with connected(fake) as session:
+        await call(session, "remember", content="billing ships Fridays")
+        whole = await call(session, "recall", query="billing")
+        fake.embedder_down = True
+        degraded = await call(session, "recall", query="billing")
+    assert (whole["degraded"], degraded["degraded"]) == ([], ["embedder"])
+    assert [h["content"] for h in degraded["hits"]] == ["billing ships Fridays"]
+
+
 async def test_feedback_records_one_signal_per_item_in_one_batch_with_the_retrieval(
         fake: FakeMemledger) -> None:
     async with connected(fake) as session:

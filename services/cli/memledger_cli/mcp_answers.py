@@ -62,14 +62,23 @@ class Hit(Answer):
                                       "message itself marked '>'")
 
 
-class Recalled(Answer):
+class Degradable(Answer):
+    degraded: list[str] = Field(default_factory=list, description=(
+        "what this answer had to do without: 'embedder' means it was ranked by keywords "
+        "alone (use the words the memory would use); 'stale' means memledger could not answer "
+        "and this is its last answer to the same request"))
+    stale_age_seconds: float | None = Field(default=None, description=(
+        "with 'stale': how old that answer is"))
+
+
+class Recalled(Degradable):
     basis: Basis
     hits: list[Hit]
     retrieval_id: str | None = Field(default=None, description=(
         "this recall as recorded: pass it to feedback with the ids you used or not"))
 
 
-class Context(Answer):
+class Context(Degradable):
     basis: Basis
     rendered: str
     used_tokens: int
@@ -134,7 +143,7 @@ def remembered(result: WriteResult, space_id: str) -> Remembered:
 
 def recalled(answer: SearchAnswer) -> Recalled:
     return Recalled(basis=answer.basis, hits=[hit(h) for h in answer.results],
-                    retrieval_id=answer.retrieval_id)
+                    retrieval_id=answer.retrieval_id, **_degraded(answer))
 
 
 def hit(found: SearchHit) -> Hit:
@@ -161,7 +170,15 @@ def _line(who: str | None, text: str, mark: str = " ") -> str:
 def context(answer: ContextAnswer) -> Context:
     return Context(basis=answer.basis, rendered=answer.rendered,
                    used_tokens=answer.used_tokens, budget_tokens=answer.budget_tokens,
-                   query=answer.query)
+                   query=answer.query, **_degraded(answer))
+
+
+def _degraded(answer: SearchAnswer | ContextAnswer) -> dict[str, Any]:
+    """What the server did without (its ``degraded``), and whether the client's stale cache
+    answered instead."""
+    stale = ["stale"] if answer.stale else []
+    return {"degraded": [*answer.degraded, *stale],
+            "stale_age_seconds": answer.stale_age_seconds}
 
 
 ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted",

@@ -9,7 +9,8 @@ from uuid import UUID
 
 import httpx
 
-from memledger_client import calls
+from memledger_client import calls, calls_audit
+from memledger_client.admin_writes import AdminWriteMethods
 from memledger_client.calls import (
     AsOf,
     Call,
@@ -25,6 +26,7 @@ from memledger_client.errors import Unavailable
 from memledger_client.results import (
     AgentList,
     BatchResult,
+    ChainAnswer,
     Change,
     ChangePage,
     ContextAnswer,
@@ -34,24 +36,28 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    MergeSuggestions,
     Neighbours,
     PolicyHistory,
     ProfileAnswer,
+    ReplayAnswer,
+    RetrievalRecord,
     SearchAnswer,
     SessionList,
     SpaceList,
     SpaceStats,
+    SubjectErasure,
     ThemeList,
+    VectorSummary,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
-from memledger_client.writes import WriteMethods
 from memledger_schemas.commands import CommandBase
 
 T = TypeVar("T")
 
 
-class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
+class AsyncClient(AdminWriteMethods[Awaitable[WriteResult]]):
     """memledger over HTTP, for asyncio: ``async with AsyncClient(base_url, tenant=...,
     api_key=...)``, or ``await aclose()``. ``transport`` (an ``httpx`` async transport) is for
     tests and proxies; ``sleep`` is how the retry backoff waits; ``resilience`` sets the
@@ -161,9 +167,9 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
         ``next_cursor`` as ``after`` for the next)."""
         return await self.call(calls.sessions(space_id, filters))
 
-    async def graph(self, space_id: str, *, as_of_position: int | None = None,
-                    **consistency: Unpack[Consistency]) -> Graph:
-        return await self.call(calls.graph(space_id, as_of_position, consistency))
+    async def graph(self, space_id: str, **at: Unpack[AsOf]) -> Graph:
+        """The space's entities and relations at a (valid, system) point (default: now)."""
+        return await self.call(calls.graph(space_id, at))
 
     async def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
                          **at: Unpack[AsOf]) -> Neighbours:
@@ -187,10 +193,11 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
         return await self.call(calls.profile(space_id, subject, at))
 
     async def themes(self, space_id: str, *, as_of_position: int | None = None,
-               **consistency: Unpack[Consistency]) -> ThemeList:
+                     recorded_at: datetime | None = None,
+                     **consistency: Unpack[Consistency]) -> ThemeList:
         """The themes the space's memories form (a policy's ``theme_cosine`` turns them
-        on), the largest first."""
-        return await self.call(calls.themes(space_id, as_of_position, consistency))
+        on), the largest first, as of a position or a time (default: latest)."""
+        return await self.call(calls.themes(space_id, as_of_position, recorded_at, consistency))
 
     async def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return await self.call(calls.search(query, options))
@@ -215,6 +222,49 @@ class AsyncClient(WriteMethods[Awaitable[WriteResult]]):
 
     async def health(self) -> dict[str, Any]:
         return await self.call(calls.health())
+
+    # --- lifecycle reads, the audit, erasure (calls_audit) -------------------------------------
+
+    async def chain(self, space_id: str, item_id: UUID | str, *, as_of_position: int | None = None,
+              **consistency: Unpack[Consistency]) -> ChainAnswer:
+        """The supersession chain of an item: what it replaced and what replaced it."""
+        return await self.call(calls_audit.chain(space_id, str(item_id), as_of_position,
+                                           consistency))
+
+    async def merge_suggestions(self, space_id: str, *, as_of_position: int | None = None,
+                          limit: int = 100, **consistency: Unpack[Consistency]
+                          ) -> MergeSuggestions:
+        """The merges consolidation suggested in the space."""
+        return await self.call(calls_audit.merge_suggestions(space_id, as_of_position, limit,
+                                                       consistency))
+
+    async def items_mentioning(self, space_id: str, entity_id: str, *, limit: int = 100,
+                         **at: Unpack[AsOf]) -> ItemList:
+        """The items that mention ``entity_id``."""
+        return await self.call(calls_audit.items_mentioning(space_id, entity_id, limit, at))
+
+    async def retrieval(self, retrieval_id: UUID | str, **consistency: Unpack[Consistency]
+                  ) -> RetrievalRecord:
+        """What an audited search or context call (its ``retrieval_id``) showed."""
+        return await self.call(calls_audit.retrieval(str(retrieval_id), consistency))
+
+    async def replay_retrieval(self, retrieval_id: UUID | str,
+                         **consistency: Unpack[Consistency]) -> ReplayAnswer:
+        """An audited call run again at its recorded basis, with its differences."""
+        return await self.call(calls_audit.replay_retrieval(str(retrieval_id), consistency))
+
+    async def vectors_summary(self, *, as_of_position: int | None = None,
+                        wait_ms: int | None = None) -> VectorSummary:
+        """The vector read model's digest per space (an admin key)."""
+        return await self.call(calls_audit.vectors_summary(as_of_position, wait_ms))
+
+    async def erase_subject(self, subject_id: str, *, reason: str | None = None) -> SubjectErasure:
+        """Erase a data subject (an admin key; where personal data is sealed)."""
+        return await self.call(calls_audit.erase_subject(subject_id, reason))
+
+    async def query_health(self) -> dict[str, Any]:
+        """The query service's health (``health`` is ingest's)."""
+        return await self.call(calls_audit.query_health())
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -233,9 +233,8 @@ def sessions(space_id: str, filters: SessionFilters) -> Call[SessionList]:
     return _get(f"/v1/spaces/{_seg(space_id)}/sessions", SessionList.model_validate, filters)
 
 
-def graph(space_id: str, as_of_position: int | None, consistency: Consistency) -> Call[Graph]:
-    return _get(f"/v1/spaces/{_seg(space_id)}/graph", Graph.model_validate,
-                {**consistency, "as_of_position": as_of_position})
+def graph(space_id: str, at: AsOf) -> Call[Graph]:
+    return _get(f"/v1/spaces/{_seg(space_id)}/graph", Graph.model_validate, dict(at))
 
 
 def neighbours(space_id: str, entity_id: str, depth: int, at: AsOf) -> Call[Neighbours]:
@@ -265,11 +264,11 @@ def profile(space_id: str, subject: str, at: AsOf) -> Call[ProfileAnswer]:
                 ProfileAnswer.model_validate, dict(at))
 
 
-def themes(space_id: str, as_of_position: int | None, consistency: Consistency
-           ) -> Call[ThemeList]:
+def themes(space_id: str, as_of_position: int | None, recorded_at: datetime | None,
+           consistency: Consistency) -> Call[ThemeList]:
     """The themes of the space's memories, the largest first."""
     return _get(f"/v1/spaces/{_seg(space_id)}/themes", ThemeList.model_validate,
-                {**consistency, "as_of_position": as_of_position})
+                {**consistency, "as_of_position": as_of_position, "recorded_at": recorded_at})
 
 
 def search(query: str, options: SearchOptions) -> Call[SearchAnswer]:

@@ -3,10 +3,12 @@ the query service's own models (so client and server cannot disagree on a field)
 
 from pydantic import BaseModel, ConfigDict
 
+from memledger_ingest.http import ErasureReceipt as SubjectErasure
 from memledger_query.dto import (
     AgentList,
     AgentSummary,
     Basis,
+    ChainAnswer,
     Change,
     ChangePage,
     Conversation,
@@ -18,6 +20,7 @@ from memledger_query.dto import (
     Item,
     ItemAnswer,
     ItemList,
+    MergeSuggestions,
     Message,
     Neighbour,
     Neighbours,
@@ -32,6 +35,7 @@ from memledger_query.dto import (
     SpaceSummary,
 )
 from memledger_query.forming_views import ProfileAnswer, Theme, ThemeList
+from memledger_query.retrieval_dto import ReplayAnswer, RetrievalRecord
 from memledger_query.semantic_dto import ContextAnswer as ServerContextAnswer
 from memledger_query.semantic_dto import (
     ContextEntry,
@@ -41,12 +45,14 @@ from memledger_query.semantic_dto import (
     Window,
 )
 from memledger_query.semantic_dto import SearchAnswer as ServerSearchAnswer
+from memledger_query.vector_summary import VectorSummary
 
 __all__ = [
     "AgentList",
     "AgentSummary",
     "Basis",
     "BatchResult",
+    "ChainAnswer",
     "Change",
     "ChangePage",
     "ContextAnswer",
@@ -61,6 +67,7 @@ __all__ = [
     "Item",
     "ItemAnswer",
     "ItemList",
+    "MergeSuggestions",
     "Message",
     "Neighbour",
     "Neighbours",
@@ -69,6 +76,8 @@ __all__ = [
     "ProfileAnswer",
     "Rectangle",
     "Relation",
+    "ReplayAnswer",
+    "RetrievalRecord",
     "SearchAnswer",
     "SearchHit",
     "SessionList",
@@ -76,9 +85,11 @@ __all__ = [
     "SpaceList",
     "SpaceStats",
     "SpaceSummary",
+    "SubjectErasure",
     "Theme",
     "ThemeList",
     "Turn",
+    "VectorSummary",
     "Window",
     "WriteResult",
 ]

@@ -9,7 +9,8 @@ from uuid import UUID
 
 import httpx
 
-from memledger_client import calls
+from memledger_client import calls, calls_audit
+from memledger_client.admin_writes import AdminWriteMethods
 from memledger_client.calls import (
     AsOf,
     Call,
@@ -25,6 +26,7 @@ from memledger_client.errors import Unavailable
 from memledger_client.results import (
     AgentList,
     BatchResult,
+    ChainAnswer,
     Change,
     ChangePage,
     ContextAnswer,
@@ -34,24 +36,28 @@ from memledger_client.results import (
     History,
     ItemAnswer,
     ItemList,
+    MergeSuggestions,
     Neighbours,
     PolicyHistory,
     ProfileAnswer,
+    ReplayAnswer,
+    RetrievalRecord,
     SearchAnswer,
     SessionList,
     SpaceList,
     SpaceStats,
+    SubjectErasure,
     ThemeList,
+    VectorSummary,
     WriteResult,
 )
 from memledger_client.retry import RetryPolicy
-from memledger_client.writes import WriteMethods
 from memledger_schemas.commands import CommandBase
 
 T = TypeVar("T")
 
 
-class Client(WriteMethods[WriteResult]):
+class Client(AdminWriteMethods[WriteResult]):
     """memledger over HTTP, blocking: ``Client(base_url, tenant=..., api_key=...)``, used as a
     context manager or ``close()``d. ``transport`` (an ``httpx`` transport) is for tests and
     proxies; ``sleep`` is how the retry backoff waits; ``resilience`` sets the circuit breakers
@@ -158,9 +164,9 @@ class Client(WriteMethods[WriteResult]):
         ``next_cursor`` as ``after`` for the next)."""
         return self.call(calls.sessions(space_id, filters))
 
-    def graph(self, space_id: str, *, as_of_position: int | None = None,
-              **consistency: Unpack[Consistency]) -> Graph:
-        return self.call(calls.graph(space_id, as_of_position, consistency))
+    def graph(self, space_id: str, **at: Unpack[AsOf]) -> Graph:
+        """The space's entities and relations at a (valid, system) point (default: now)."""
+        return self.call(calls.graph(space_id, at))
 
     def neighbours(self, space_id: str, entity_id: str, *, depth: int = 1,
                    **at: Unpack[AsOf]) -> Neighbours:
@@ -184,10 +190,11 @@ class Client(WriteMethods[WriteResult]):
         return self.call(calls.profile(space_id, subject, at))
 
     def themes(self, space_id: str, *, as_of_position: int | None = None,
+               recorded_at: datetime | None = None,
                **consistency: Unpack[Consistency]) -> ThemeList:
         """The themes the space's memories form (a policy's ``theme_cosine`` turns them
-        on), the largest first."""
-        return self.call(calls.themes(space_id, as_of_position, consistency))
+        on), the largest first, as of a position or a time (default: latest)."""
+        return self.call(calls.themes(space_id, as_of_position, recorded_at, consistency))
 
     def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchAnswer:
         return self.call(calls.search(query, options))
@@ -212,6 +219,49 @@ class Client(WriteMethods[WriteResult]):
 
     def health(self) -> dict[str, Any]:
         return self.call(calls.health())
+
+    # --- lifecycle reads, the audit, erasure (calls_audit) -------------------------------------
+
+    def chain(self, space_id: str, item_id: UUID | str, *, as_of_position: int | None = None,
+              **consistency: Unpack[Consistency]) -> ChainAnswer:
+        """The supersession chain of an item: what it replaced and what replaced it."""
+        return self.call(calls_audit.chain(space_id, str(item_id), as_of_position,
+                                           consistency))
+
+    def merge_suggestions(self, space_id: str, *, as_of_position: int | None = None,
+                          limit: int = 100, **consistency: Unpack[Consistency]
+                          ) -> MergeSuggestions:
+        """The merges consolidation suggested in the space."""
+        return self.call(calls_audit.merge_suggestions(space_id, as_of_position, limit,
+                                                       consistency))
+
+    def items_mentioning(self, space_id: str, entity_id: str, *, limit: int = 100,
+                         **at: Unpack[AsOf]) -> ItemList:
+        """The items that mention ``entity_id``."""
+        return self.call(calls_audit.items_mentioning(space_id, entity_id, limit, at))
+
+    def retrieval(self, retrieval_id: UUID | str, **consistency: Unpack[Consistency]
+                  ) -> RetrievalRecord:
+        """What an audited search or context call (its ``retrieval_id``) showed."""
+        return self.call(calls_audit.retrieval(str(retrieval_id), consistency))
+
+    def replay_retrieval(self, retrieval_id: UUID | str,
+                         **consistency: Unpack[Consistency]) -> ReplayAnswer:
+        """An audited call run again at its recorded basis, with its differences."""
+        return self.call(calls_audit.replay_retrieval(str(retrieval_id), consistency))
+
+    def vectors_summary(self, *, as_of_position: int | None = None,
+                        wait_ms: int | None = None) -> VectorSummary:
+        """The vector read model's digest per space (an admin key)."""
+        return self.call(calls_audit.vectors_summary(as_of_position, wait_ms))
+
+    def erase_subject(self, subject_id: str, *, reason: str | None = None) -> SubjectErasure:
+        """Erase a data subject (an admin key; where personal data is sealed)."""
+        return self.call(calls_audit.erase_subject(subject_id, reason))
+
+    def query_health(self) -> dict[str, Any]:
+        """The query service's health (``health`` is ingest's)."""
+        return self.call(calls_audit.query_health())
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -106,7 +106,7 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
         behind(app, also)
     service.writer.start()
     writes = grpc_server.principal_resolver(gate.gate, "write")
-    grpc_apis = [grpc_api.registrar(service.writer, writes)]
+    grpc_apis = [grpc_api.registrar(service.writer, writes, service.erasure)]
     if also_grpc is not None:  # embedded mode: the query API on the same port
         grpc_apis.append(also_grpc)
     rpc, grpc_address = await grpc_server.start(

@@ -9,11 +9,19 @@ from typing import Any, TypeVar
 
 import grpc
 import orjson
+from google.protobuf import json_format
 from pydantic import BaseModel, ValidationError
 from typing_extensions import override
 
 from memledger_ingest.access import actor_of, client_refusal
 from memledger_ingest.domain.errors import DomainError
+from memledger_ingest.erasure import Erasure, LegalHold
+from memledger_ingest.http import (
+    ERASURE_WAIT_SECONDS,
+    ErasureReceipt,
+    HttpError,
+    _subject_id,
+)
 from memledger_ingest.problems import (
     Problem,
     invalid_request,
@@ -30,6 +38,7 @@ from memledger_platform.grpc_server import (
     Register,
     RpcContext,
     caller,
+    refusal,
     unary,
 )
 from memledger_platform.jsonbody import repeated_key
@@ -43,9 +52,11 @@ TRANSPORT = "grpc"
 
 
 class IngestServicer(ingest_pb2_grpc.IngestServicer):
-    def __init__(self, writer: GroupCommitWriter, resolve: PrincipalResolver) -> None:
+    def __init__(self, writer: GroupCommitWriter, resolve: PrincipalResolver,
+                 erasure: Erasure | None = None) -> None:
         self._writer = writer
         self._resolve = resolve
+        self._erasure = erasure
 
     def register(self, server: grpc.aio.Server) -> None:
         ingest_pb2_grpc.add_IngestServicer_to_server(self, server)
@@ -69,6 +80,31 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         return pb.BatchResult(position=max(r.position for r in results),
                               results=[_result(r) for r in results])
 
+    @override
+    @unary
+    async def Erase(self, request: pb.EraseRequest, context: RpcContext) -> pb.ErasureReceipt:
+        who = await caller(context, self._resolve)
+        if self._erasure is None:
+            raise refusal(404, "not_found", "erasure is served only where personal data is "
+                          "sealed (MEMLEDGER_SEAL_PERSONAL_DATA)")
+        if not who.may("admin"):
+            raise refusal(403, "forbidden", "erasing a data subject needs an admin key",
+                          "metadata.authorization")
+        try:
+            subject = _subject_id(request.subject_id)
+            receipt = await self._erasure.erase(
+                who.tenant, subject, request.reason if request.HasField("reason") else None,
+                actor=f"key:{who.key_id or 'local'}", wait_seconds=ERASURE_WAIT_SECONDS)
+        except HttpError as error:  # the subject id, named as this request's field
+            body = error.problem.body()
+            for field in body["error"]["fields"]:
+                field["path"] = str(field["path"]).removeprefix("path.")
+            raise Refusal(error.problem.status, body) from None
+        except LegalHold as hold:
+            raise refusal(409, "legal_hold", str(hold), "subject_id") from None
+        return json_format.ParseDict(ErasureReceipt.model_validate(receipt).model_dump(
+            mode="json"), pb.ErasureReceipt())
+
     async def _submit(self, who: Principal, commands: list[Any], context: RpcContext, *,
                       batch: bool) -> list[CommandResult]:
         problem = client_refusal(who, commands, batch=batch)
@@ -86,10 +122,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
             raise _refusal(unavailable(error)) from None
 
 
-def registrar(writer: GroupCommitWriter, resolve: PrincipalResolver) -> Register:
+def registrar(writer: GroupCommitWriter, resolve: PrincipalResolver,
+              erasure: Erasure | None = None) -> Register:
     """What a gRPC server needs to serve ingest (``resolve``: a caller check needing the write
-    role, ``grpc_server.principal_resolver``)."""
-    return IngestServicer(writer, resolve).register
+    role, ``grpc_server.principal_resolver``; ``erasure``: where personal data is sealed)."""
+    return IngestServicer(writer, resolve, erasure).register
 
 
 def _model(name: str, path: str) -> type[CommandBase]:

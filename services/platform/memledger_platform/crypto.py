@@ -5,7 +5,10 @@ before it is stored or published; destroying the key erases it everywhere the lo
   placeholder a reader sees once the key is gone.
 - A sealed field is the string ``ml-enc:v1:<key_id>:<base64url(nonce | AES-GCM ciphertext)>``
   of the field's JSON value, bound (associated data) to the event id and the field name, so a
-  sealed value cannot be moved to another event or field.
+  sealed value cannot be moved to another event or field. A list of floats that single
+  precision holds exactly (an embedding from a float32 model) is sealed as its packed
+  little-endian float32 values behind a zero byte (``VECTOR_MARK``), which no JSON text
+  begins with: a fifth of the JSON's size, and it opens to the same list.
 - A field that several subjects' data reached (an audited query that showed memories of
   several) is sealed with a key derived from all of theirs (``combined``), named
   ``<key_id>+<key_id>...``: it opens only while every one of them exists.
@@ -21,7 +24,9 @@ import hashlib
 import hmac
 import os
 import re
+import sys
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +37,8 @@ from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PREFIX = "ml-enc:v1:"
+VECTOR_MARK = b"\x00f32"
+"""What a sealed field's plaintext begins with when it holds packed float32 values."""
 ERASED = "[erased]"
 DIGEST_PREFIX = "ml-hash:v1:"
 COMBINED = "+"
@@ -175,10 +182,33 @@ def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: S
         if value is None or value in ([], {}):
             continue
         nonce = os.urandom(12)
-        box = aead.encrypt(nonce, orjson.dumps(value), f"{event_id}/{name}".encode())
+        box = aead.encrypt(nonce, _plain(value), f"{event_id}/{name}".encode())
         sealed[name] = PREFIX + key.key_id + ":" + base64.urlsafe_b64encode(
             nonce + box).decode().rstrip("=")
     return sealed
+
+
+def _plain(value: Any) -> bytes:
+    """What a field's value is sealed as: packed float32 values for a list of floats single
+    precision holds exactly (the usual embedding), its JSON otherwise."""
+    if isinstance(value, list | tuple) and value and all(type(v) is float for v in value):
+        packed = array("f", value)
+        if packed.tolist() == list(value):
+            if sys.byteorder == "big":
+                packed.byteswap()
+            return VECTOR_MARK + packed.tobytes()
+    return orjson.dumps(value)
+
+
+def _value(plain: bytes) -> Any:
+    """A sealed field's value from its plaintext (``_plain``'s inverse)."""
+    if not plain.startswith(VECTOR_MARK):
+        return orjson.loads(plain)
+    packed = array("f")
+    packed.frombytes(plain[len(VECTOR_MARK):])
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tolist()
 
 
 def is_sealed(value: Any) -> bool:
@@ -215,7 +245,7 @@ def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placehold
     if key is None:
         return placeholder
     raw = binascii.a2b_base64(box.encode().translate(_FROM_URLSAFE) + b"=" * (-len(box) % 4))
-    return orjson.loads(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
+    return _value(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
 
 
 _SEALED_KEY_ID = re.compile(rb'"' + re.escape(PREFIX.encode()) + rb'([^:"]+):')

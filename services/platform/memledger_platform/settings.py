@@ -124,6 +124,10 @@ class Settings(BaseSettings):
                              description="dimensions of Cohere's embeddings")
     cohere_base_url: str | None = Field(default=None, description="another address for "
                                         "Cohere's API (a proxy, a test server)")
+    query_embed_timeout_seconds: float = Field(
+        default=1.5, gt=0, le=60, description="how long search and context wait for the "
+        "query's embedding; past it (or if the embedder fails) they rank by keywords alone "
+        "and say so (`degraded: [\"embedder\"]`)")
     reranker: Literal["off", "cohere"] = Field(
         default="off", description="reorder a search's best hits with a reranking model: "
         "cohere (Cohere Rerank, needs MEMLEDGER_COHERE_API_KEY); off by default")

@@ -8,6 +8,7 @@ is Qdrant Edge, an in-process engine that one process owns, and search must read
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -124,17 +125,34 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     recorder = IntakeRecorder()
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, vectors, reader, recorder=recorder,
+                        embed_timeout=settings.query_embed_timeout_seconds,
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
+    add_semantic_routes(app, reader, semantic)
+    reads = grpc_server.principal_resolver(gate.gate, "read")
+    return QueryService(app, pool, store, index, vectors, gate,
+                        grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
+                        recorder)
+
+
+def add_semantic_routes(app: FastAPI, reader: Reader, semantic: Semantic) -> None:
+    """The routes beyond ``create_app``'s: search, context, the retrieval audit, the lifecycle
+    and forming reads."""
     add_routes(app, semantic)
     retrieval_http.add_routes(app, semantic)
     lifecycle_http.add_routes(app, reader)
     forming_http.add_routes(app, reader)
-    reads = grpc_server.tenant_resolver(gate.gate, "read")
-    return QueryService(app, pool, store, index, vectors, gate,
-                        grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
-                        recorder)
+
+
+def unconnected_app() -> FastAPI:
+    """The query app with every route ``build`` gives it, over nothing (no pool, index or
+    embedder): for reading its routes and OpenAPI document, never for serving."""
+    nothing: Any = None
+    app = create_app(nothing, nothing, None)
+    add_semantic_routes(app, nothing, SimpleNamespace(index=None, progress=None, reader=None,
+                                                      run=None))  # type: ignore[arg-type]
+    return app
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,

@@ -8,30 +8,29 @@ pydantic) and validated with the HTTP constraints, so a bad field is INVALID_ARG
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import grpc
-from google.protobuf import json_format
 from google.protobuf.message import Message
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from typing_extensions import override
 
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.grpc_server import (
-    Refusal,
+    PrincipalResolver,
     Register,
     RpcContext,
-    TenantResolver,
-    caller,
-    refusal,
     streaming,
     unary,
 )
 from memledger_query import export, replay
 from memledger_query.dto import ItemAnswer, ItemList
+from memledger_query.grpc_convert import message as _message
+from memledger_query.grpc_convert import params as _params
+from memledger_query.grpc_convert import refusing as _refusing
+from memledger_query.grpc_reads import ReadMethods
 from memledger_query.http import (
     Problem,
     _changes,
@@ -107,13 +106,13 @@ class ReplayParams(Strict):
     batch: int = Field(default=500, ge=1, le=5_000)
 
 
-class QueryServicer(query_pb2_grpc.QueryServicer):
+class QueryServicer(ReadMethods):
     def __init__(self, reader: Reader, store: EventStore, semantic: Semantic,
-                 resolve_tenant: TenantResolver) -> None:
+                 resolve: PrincipalResolver) -> None:
         self._reader = reader
         self._store = store
         self._semantic = semantic
-        self._resolve_tenant = resolve_tenant
+        self._resolve = resolve
 
     def register(self, server: grpc.aio.Server) -> None:
         query_pb2_grpc.add_QueryServicer_to_server(self, server)
@@ -121,7 +120,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @override
     @unary
     async def GetItem(self, request: pb.GetItemRequest, context: RpcContext) -> pb.ItemAnswer:
-        tenant, p = await caller(context, self._resolve_tenant), _params(ItemParams, request)
+        tenant, p = (await self._caller(context)).tenant, _params(ItemParams, request)
         with _refusing():
             await self._within_head(p)
             item, when = _uuid(p.item_id, "item_id"), p.valid_at or datetime.now(UTC)
@@ -142,7 +141,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @override
     @unary
     async def ListItems(self, request: pb.ListItemsRequest, context: RpcContext) -> pb.ItemList:
-        tenant, p = await caller(context, self._resolve_tenant), _params(ListParams, request)
+        tenant, p = (await self._caller(context)).tenant, _params(ListParams, request)
         with _refusing():
             await self._within_head(p)
             filters = {"kinds": p.kinds or None, "tags": p.tags or None,
@@ -160,7 +159,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @override
     @unary
     async def History(self, request: pb.HistoryRequest, context: RpcContext) -> pb.ItemHistory:
-        tenant, p = await caller(context, self._resolve_tenant), _params(HistoryParams, request)
+        tenant, p = (await self._caller(context)).tenant, _params(HistoryParams, request)
         with _refusing():
             await self._within_head(p)
             item = _uuid(p.item_id, "item_id")
@@ -174,7 +173,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @override
     @unary
     async def Search(self, request: pb.SearchRequest, context: RpcContext) -> pb.SearchAnswer:
-        tenant, body = await caller(context, self._resolve_tenant), _params(SearchRequest,
+        tenant, body = (await self._caller(context)).tenant, _params(SearchRequest,
                                                                              request)
         with _refusing():
             answer = await answer_search(self._semantic, tenant, "grpc", body)
@@ -183,7 +182,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @override
     @unary
     async def Context(self, request: pb.ContextRequest, context: RpcContext) -> pb.ContextAnswer:
-        tenant, body = await caller(context, self._resolve_tenant), _params(ContextRequest,
+        tenant, body = (await self._caller(context)).tenant, _params(ContextRequest,
                                                                              request)
         with _refusing():
             answer = await answer_context(self._semantic, tenant, "grpc", body)
@@ -193,7 +192,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @streaming
     async def Changes(self, request: pb.ChangesRequest, context: RpcContext
                       ) -> AsyncIterator[pb.ChangePage]:
-        tenant, p = await caller(context, self._resolve_tenant), _params(ChangesParams, request)
+        tenant, p = (await self._caller(context)).tenant, _params(ChangesParams, request)
         with _refusing():
             after = _cursor(p.after)
             await self._within_head(p)
@@ -217,7 +216,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @streaming
     async def Replay(self, request: pb.ReplayRequest, context: RpcContext
                      ) -> AsyncIterator[pb.ReplayChunk]:
-        tenant, p = await caller(context, self._resolve_tenant), _params(ReplayParams, request)
+        tenant, p = (await self._caller(context)).tenant, _params(ReplayParams, request)
         selection = export.Selection(tenant=tenant, space=p.space_id,
                                      types=frozenset(p.types), since=p.since, until=p.until)
         last = (p.to_position if p.to_position is not None
@@ -256,26 +255,10 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
 
 
 def registrar(reader: Reader, store: EventStore, semantic: Semantic,
-              resolve_tenant: TenantResolver) -> Register:
-    """What a gRPC server needs to serve queries."""
-    return QueryServicer(reader, store, semantic, resolve_tenant).register
-
-
-def _params(model: type[P], request: Message) -> P:
-    """A request message read as the HTTP JSON body it mirrors, validated like it."""
-    body = json_format.MessageToDict(request, preserving_proto_field_name=True)
-    try:
-        return model.model_validate(body)
-    except ValidationError as error:
-        fields = [{"path": ".".join(str(p) for p in e["loc"]), "reason": e["msg"]}
-                  for e in error.errors(include_url=False)]
-        message = "; ".join(f"{f['path'] or 'request'}: {f['reason']}" for f in fields)
-        raise Refusal(422, {"error": {"status": 422, "code": "invalid_request",
-                                      "message": message, "fields": fields}}) from None
-
-
-def _message(answer: BaseModel, message: Msg) -> Msg:
-    return json_format.ParseDict(answer.model_dump(mode="json"), message)
+              resolve: PrincipalResolver) -> Register:
+    """What a gRPC server needs to serve queries (``resolve``: the caller check needing the
+    read role, ``grpc_server.principal_resolver``)."""
+    return QueryServicer(reader, store, semantic, resolve).register
 
 
 def _replayed(event: RecordedEvent) -> pb.ReplayedEvent:
@@ -283,21 +266,3 @@ def _replayed(event: RecordedEvent) -> pb.ReplayedEvent:
                                 document=event.document().decode())
     replayed.recorded_at.FromDatetime(event.recorded_at)
     return replayed
-
-
-@contextmanager
-def _refusing() -> Iterator[None]:
-    """The HTTP read helpers' ``Problem`` as a refusal, its field path named after the request
-    message's field (``query.after`` over HTTP is ``after`` here)."""
-    try:
-        yield
-    except Problem as problem:
-        raise refusal(problem.status, problem.code, problem.message,
-                      _field(problem.path), **problem.extra) from None
-
-
-def _field(path: str | None) -> str | None:
-    if path is None:
-        return None
-    source, dot, name = path.partition(".")
-    return name if dot and source in ("path", "query", "body") else path

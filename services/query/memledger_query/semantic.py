@@ -5,7 +5,7 @@ ranked, cut at the mode's threshold and collapsed (``ranking``). Plain functions
 """
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
@@ -74,6 +74,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     query = sparse.encode_query(text)
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
+    if dense is None and recipe.dense_weight > 0:
+        recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
     fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
                 if _about(c, subject) and _outside(c, layer.other_than_session)]
                for layer, found in zip(layers, keyword, strict=True)]
@@ -93,6 +95,12 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found
+
+
+def keyword_only(recipe: Recipe) -> Recipe:
+    """``recipe`` ranking by keywords alone: relevance and order are the keyword score."""
+    return replace(recipe, dense_weight=0.0, keyword_weight=1.0, order_dense_weight=0.0,
+                   order_keyword_weight=1.0)
 
 
 def _fetched(layer: Layer) -> int:

@@ -188,6 +188,11 @@ class SearchAnswer(Frozen):
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
     """When audited: the position of its record (read it back with ``min_position``)."""
+    ranking: Literal["hybrid", "keyword", "dense"] = "hybrid"
+    """What ranked the hits: dense and keyword scores, or one of them alone."""
+    degraded: list[str] = Field(default_factory=list)
+    """What the answer had to do without (``embedder``: the query's embedding failed or was
+    late, so keywords alone ranked); empty when whole."""
 
 
 class ContextShares(Strict):
@@ -242,3 +247,7 @@ class ContextAnswer(Frozen):
     """When audited: the recorded retrieval (``GET /v1/retrievals/{retrieval_id}``)."""
     retrieval_position: int | None = None
     """When audited: the position of its record (read it back with ``min_position``)."""
+    ranking: Literal["hybrid", "keyword", "dense"] = "hybrid"
+    """What ranked the memories and earlier turns (as ``SearchAnswer.ranking``)."""
+    degraded: list[str] = Field(default_factory=list)
+    """What the bundle had to do without (``embedder``: memories ranked by keywords alone)."""

@@ -9,6 +9,7 @@ ranking exactly. An audited call is recorded before it is answered (``retrievals
 import asyncio
 import contextvars
 import functools
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from memledger_query import (
     views,
     when,
 )
+from memledger_query.degrade import BoundedEmbedding, ranking
 from memledger_query.dto import Basis
 from memledger_query.forming_http import theme_members
 from memledger_query.http import (
@@ -92,6 +94,9 @@ class Semantic:
     """Where audited retrievals are recorded (through ingest)."""
     rerank: Rerank | None = None
     """A reranker of each layer's best hits (none: off)."""
+    embed_timeout: float = 1.5
+    """How long a search waits for its query's embedding before ranking by keywords alone
+    (``degrade``)."""
 
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
@@ -117,13 +122,16 @@ class Semantic:
             return done
         return self._embedding.submit(when.resolve, query, at)
 
-    def embed_soon(self, body: SearchRequest) -> "Future[Sequence[float] | None]":
+    def embed_soon(self, body: SearchRequest) -> BoundedEmbedding | None:
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
         if body.weights is not None and body.weights.dense <= 0:
-            done: Future[Sequence[float] | None] = Future()
-            done.set_result(None)
-            return done
-        return self._embedding.submit(self.embed_query, body.query)
+            return None
+        return self.bounded_embedding(body.query)
+
+    def bounded_embedding(self, text: str) -> BoundedEmbedding:
+        """``text``'s embedding, under way, waited for at most ``embed_timeout`` from now."""
+        return BoundedEmbedding(self._embedding.submit(self.embed_query, text),
+                                time.monotonic() + self.embed_timeout)
 
 
 def add_routes(app: FastAPI, semantic: Semantic) -> None:
@@ -159,7 +167,8 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
         audit, body, answer = await semantic.run(_search_as_audited, semantic, tenant,
                                                  body, at, granted, (vector, periods))
     finally:
-        vector.cancel()  # unless under way (a refused request does not wait for it)
+        if vector is not None:
+            vector.future.cancel()  # unless under way (a refused request does not wait)
     if not audit:
         return answer
     return await retrievals.record_search(semantic.recorder, tenant, actor, body, granted,
@@ -241,7 +250,7 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 
 def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
                        granted: Sequence[str], under_way: tuple[
-                           "Future[Sequence[float] | None]", "Future[tuple[when.Period, ...]]"]
+                           BoundedEmbedding | None, "Future[tuple[when.Period, ...]]"]
                        ) -> tuple[bool, SearchRequest, SearchAnswer]:
     """Whether the search is audited, the request it runs (pinned to its basis if so) and its
     answer: one trip to a worker thread for the policy lookup and the search. ``under_way``:
@@ -250,7 +259,7 @@ def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at:
                                                    body.spaces)
     body = retrievals.pinned(body, at) if audit else body
     vector, periods = under_way
-    return audit, body, _search(semantic, tenant, body, at, granted, vector.result,
+    return audit, body, _search(semantic, tenant, body, at, granted, vector,
                                 signalled=signalled, periods=periods.result)
 
 
@@ -258,14 +267,15 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
             granted: Sequence[str] = (), vector: QueryVector = None, *,
             signalled: bool = True, periods: Periods | None = None) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
-    the ecosystem layer. ``vector``: the query's embedding, if computed already.
+    the ecosystem layer. ``vector``: the query's embedding, if under way already (else it is
+    computed here, within the embed timeout; without it, keywords alone rank: ``degrade``).
     ``signalled``: whether the tenant has any feedback (if not, none is looked up).
     ``periods``: the periods the query names, if under way already."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
-        vector = semantic.embed_query(body.query)
+        vector = semantic.bounded_embedding(body.query)
     named = _named(body.query, at, recipe, periods)
     members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
     found = semantic_search(semantic.index, vector, body.query,
@@ -279,9 +289,12 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
     hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
+    degraded = vector.degraded if isinstance(vector, BoundedEmbedding) else []
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
-                        time_windows=[TimeWindow.of(p) for p in named()])
+                        time_windows=[TimeWindow.of(p) for p in named()],
+                        ranking=ranking(recipe.dense_weight, recipe.keyword_weight, degraded),
+                        degraded=degraded)
 
 
 def _named(query: str, at: Basis, recipe: Recipe, under_way: Periods | None
@@ -374,6 +387,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
     memories: list[packing.Entry] = []
     earlier: list[packing.Entry] = []
     collapsed: dict[str, str] = {}
+    ranked: dict[str, Any] = {}
     if query:
         # With a session: its own memory first, then the project's, then the ecosystem's.
         search = SearchRequest(query=query, spaces=[body.space_id], mode="planning",
@@ -388,6 +402,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
         earlier = [_turn(h) for h in answer.results if h.kind == MESSAGE
                    and h.session_id != (body.session_id and str(body.session_id))]
         collapsed = answer.collapsed
+        ranked = {"ranking": answer.ranking, "degraded": answer.degraded}
     # A steering-rule candidate is offered once, as such, not again as recent history; nor is
     # a near-duplicate of a memory offered.
     offered = {e.ref for e in memories}
@@ -406,7 +421,7 @@ def _context(semantic: Semantic, tenant: str, body: ContextRequest, at: Basis) -
                                                        score=e.score, flag=e.flag)
                                           for e in s.entries])
                   for s in sections],
-        rendered=packing.render(sections))
+        rendered=packing.render(sections), **ranked)
 
 
 def _turn(hit: SearchHit) -> packing.Entry:

@@ -23,7 +23,7 @@ from fastapi import FastAPI, Query
 from psycopg import sql
 from pydantic import BaseModel
 
-from memledger_platform.auth import Denied, require
+from memledger_platform.auth import Denied, Principal, require
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, VectorIndex
 from memledger_query.http import Problem, principal
 from memledger_query.reader import Reader
@@ -138,20 +138,28 @@ def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Read
     async def vectors_summary(
             as_of_position: Annotated[int | None, Query(ge=0)] = None,
             wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 2_000) -> VectorSummary:
-        who = principal()
-        try:
-            require(who, "admin")
-        except Denied as denied:
-            raise Problem(denied.status, denied.code, denied.message, denied.path) from None
-        at = progress.position if as_of_position is None else as_of_position
-        if at > progress.position:
-            await progress.wait_for(at, wait_ms / 1000)
-        found = await run(_tenant_digests, index, reader, who.tenant, at)
-        return VectorSummary(
-            tenant=who.tenant, as_of_position=at, projected_position=progress.position,
-            spaces=[SpaceSummary(space_id=space, points=d.points, current=d.current,
-                                 digest=f"{d.digest:016x}")
-                    for (_, space), d in sorted(found.items()) if who.sees(space)])
+        return await summary(index, progress, reader, run, principal(),
+                             as_of_position, wait_ms)
+
+
+async def summary(index: VectorIndex, progress: Progress, reader: Reader,
+                  run: Callable[..., Awaitable[Digests]], who: Principal,
+                  as_of_position: int | None, wait_ms: int) -> VectorSummary:
+    """The digests of ``who``'s tenant (an admin) as of ``as_of_position`` (default: as far as
+    the index got), waiting up to ``wait_ms`` for the index to reach it."""
+    try:
+        require(who, "admin")
+    except Denied as denied:
+        raise Problem(denied.status, denied.code, denied.message, denied.path) from None
+    at = progress.position if as_of_position is None else as_of_position
+    if at > progress.position:
+        await progress.wait_for(at, wait_ms / 1000)
+    found = await run(_tenant_digests, index, reader, who.tenant, at)
+    return VectorSummary(
+        tenant=who.tenant, as_of_position=at, projected_position=progress.position,
+        spaces=[SpaceSummary(space_id=space, points=d.points, current=d.current,
+                             digest=f"{d.digest:016x}")
+                for (_, space), d in sorted(found.items()) if who.sees(space)])
 
 
 def _tenant_digests(index: VectorIndex, reader: Reader, tenant: str, as_of: int) -> Digests:

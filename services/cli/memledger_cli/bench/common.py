@@ -38,14 +38,17 @@ class Server:
     home: str = ""
     """The server's data directory (its master key is there)."""
     pid: int = 0
-    """The ``memledger up`` process (its engines and services are its descendants)."""
+    """The ``memledger up`` process (its services and engines are its descendants)."""
 
 
 @contextmanager
 def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """A fresh ``memledger up`` in its own process and data directory, so the load generator
     (this process) and the server do not share an interpreter, as with real clients."""
-    with tempfile.TemporaryDirectory(prefix="memledger-bench-") as home:
+    # A file an exiting engine writes while the directory is removed must not lose the
+    # measurement: what cannot be removed is left behind.
+    with tempfile.TemporaryDirectory(prefix="memledger-bench-", ignore_cleanup_errors=True
+                                     ) as home:
         ports = {name: free_port() for name in ("HTTP", "POSTGRES", "NATS")}
         env = {**os.environ, "MEMLEDGER_HOME": home, "MEMLEDGER_MODE": "embedded",
                "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning",

@@ -1,44 +1,107 @@
-"""CPU time of a private server's processes, by role, so a bench can report what each stage
-costs per operation (user + system seconds; the cores are shared, wall time is not cost)."""
+"""CPU time of a private server's processes, by role, read from ``/proc``.
 
-import contextlib
-from collections import defaultdict
+``memledger up`` starts its services and engines as child processes, each named by its command
+line: a snapshot maps every descendant of the server to its role and CPU ticks, and the
+difference of two snapshots is the CPU each role used in between. Without ``/proc`` every
+snapshot is empty (a bench then reports no CPU figures rather than wrong ones).
+"""
 
-import psutil
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
-ROLES = ("relay", "projector", "enricher", "lifecycle", "vectors", "query", "ingest")
+from memledger_cli.bench.settle import parse_stat
 
+_PROC = Path("/proc")
 
-def role(proc: psutil.Process) -> str:
-    """``up`` (ingest, query and the vector projector in one process), a service's name,
-    ``vector-index`` (the index's own process), ``postgres`` or ``nats-server``."""
-    name, cmdline = proc.name(), " ".join(proc.cmdline())
-    if "postgres" in name or "postgres" in cmdline.split(" ")[0]:
-        return "postgres"
-    if "nats-server" in name or "nats-server" in cmdline:
-        return "nats-server"
-    if "vectorindex" in cmdline:
-        return "vector-index"
-    for service in ROLES:
-        if f"memledger_cli {service}" in cmdline:
-            return service
-    return "up" if "memledger_cli up" in cmdline else name
+ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("relay", ("memledger_cli relay", "memledger_relay")),
+    ("projector", ("memledger_cli projector", "memledger_projector")),
+    ("enricher", ("memledger_cli enricher", "memledger_enricher")),
+    ("lifecycle", ("memledger_cli lifecycle", "memledger_lifecycle")),
+    ("vectors", ("memledger_cli vectors", "vectorindex.process", "memledger_vectors")),
+    ("ingest", ("memledger_cli up", "memledger_cli ingest", "memledger up")),
+)
+"""Each role and what its command line holds (the first match wins): ``ingest`` is the
+``memledger up`` process itself, which also serves queries and feeds the vector index."""
 
-
-def cpu_seconds(pid: int) -> dict[str, float]:
-    """User + system CPU seconds so far of ``pid`` and its descendants, by role."""
-    found: dict[str, float] = defaultdict(float)
-    with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(pid)
-        for proc in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                times = proc.cpu_times()
-                found[role(proc)] += times.user + times.system
-    return dict(found)
+ENGINES = {"postgres": "postgres", "postgres:": "postgres", "nats-server": "nats"}
+"""The engines, by their program's name (a PostgreSQL backend names itself ``postgres:``)."""
 
 
-def ms_per_operation(before: dict[str, float], after: dict[str, float], operations: int
-                     ) -> dict[str, float]:
-    """CPU milliseconds per operation of each role between two ``cpu_seconds`` readings."""
-    return {r: round((after[r] - before.get(r, 0.0)) * 1000 / max(1, operations), 3)
-            for r in sorted(after)}
+def role_of(cmdline: str) -> str:
+    """The role of a process of a private server, from its command line (an engine by its
+    program alone: a path naming it in an argument does not make a process one)."""
+    program = Path(cmdline.split(" ", 1)[0]).name
+    if program in ENGINES:
+        return ENGINES[program]
+    for role, marks in ROLES:
+        if any(mark in cmdline for mark in marks):
+            return role
+    return "other"
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    parent: int
+    ticks: int
+    cmdline: str
+
+
+Snapshot = dict[int, tuple[str, int]]
+"""pid → (role, CPU ticks so far)."""
+
+
+def tree(root: int, procs: list[Proc]) -> Snapshot:
+    """Every process of the tree under ``root``, ``root`` included."""
+    children: dict[int, list[Proc]] = {}
+    for proc in procs:
+        children.setdefault(proc.parent, []).append(proc)
+    found = {p.pid: (role_of(p.cmdline), p.ticks) for p in procs if p.pid == root}
+    todo = [root]
+    while todo:
+        for proc in children.get(todo.pop(), ()):
+            found[proc.pid] = (role_of(proc.cmdline), proc.ticks)
+            todo.append(proc.pid)
+    return found
+
+
+def used(before: Snapshot, after: Snapshot) -> dict[str, float]:
+    """CPU seconds by role between two snapshots (a process started in between counts from
+    zero; one that ended in between is lost with its ticks)."""
+    seconds: dict[str, float] = {}
+    hz = os.sysconf("SC_CLK_TCK")
+    for pid, (role, ticks) in after.items():
+        start = before.get(pid, (role, 0))[1]
+        seconds[role] = seconds.get(role, 0.0) + (ticks - start) / hz
+    return seconds
+
+
+def per_fact_ms(seconds: dict[str, float], facts: float) -> dict[str, float]:
+    """CPU milliseconds per fact, by role, and their ``total``; empty without facts."""
+    if facts <= 0 or not seconds:
+        return {}
+    by_role = {role: round(s * 1000 / facts, 3) for role, s in sorted(seconds.items())}
+    return {**by_role, "total": round(sum(seconds.values()) * 1000 / facts, 3)}
+
+
+def snapshot(root: int) -> Snapshot:
+    """The processes under ``root`` now (empty without ``/proc``)."""
+    if not _PROC.is_dir():
+        return {}
+    return tree(root, list(_procs()))
+
+
+def _procs() -> list[Proc]:
+    found = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                pid, parent, ticks = parse_stat((entry / "stat").read_text())
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                    errors="replace")
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended while we looked
+            found.append(Proc(pid, parent, ticks, cmdline))
+    return found

@@ -6,6 +6,7 @@ corpus; a document carries only its saturated, length-normalised term frequencie
 only which terms it asks for.
 """
 
+import functools
 import hashlib
 import re
 import threading
@@ -41,8 +42,7 @@ _POSSESSIVE = re.compile(r"['\u2019]s\b")
 def tokens(text: str) -> list[str]:
     """Lowercase word tokens of ``text`` (unicode letters and digits), without stopwords and
     one-character tokens, stemmed (see ``stem``). Order and repeats are kept."""
-    stems = (stem(w) for w in plain_words(text))
-    return [s for s in stems if len(s) > 1]
+    return [s for s in _stemmer().stemWords(plain_words(text)) if len(s) > 1]
 
 
 def plain_words(text: str) -> list[str]:
@@ -60,12 +60,19 @@ def stem(word: str) -> str:
     meet: "painted", "painting" and "paints" are "paint"; "queries" and "query" are "queri".
     (The possessive "'s" goes before tokenising, since ``\\w+`` splits on the apostrophe.)
     One stemmer per thread: a PyStemmer stemmer is not safe to share between threads."""
+    return str(_stemmer().stemWord(word))
+
+
+def _stemmer() -> Stemmer.Stemmer:
     stemmer: Stemmer.Stemmer | None = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
-    return str(stemmer.stemWord(word))
+    return stemmer
 
 
+# A document's terms are mostly words seen before: their indices are remembered rather than
+# hashed again (a bounded cache, safe to share between threads).
+@functools.lru_cache(maxsize=65_536)
 def term_index(token: str) -> int:
     """The sparse dimension of ``token``: the first 4 bytes of its BLAKE2b digest, big-endian,
     masked to 31 bits (stable across processes, unlike ``hash``)."""
