@@ -79,7 +79,10 @@ class VectorProjector:
         return self._written
 
     async def wait_for(self, position: int, seconds: float) -> bool:
-        """Whether the index reaches ``position`` within ``seconds``."""
+        """Whether the index reaches ``position`` within ``seconds`` (with none to wait: whether
+        it is there now)."""
+        if self.position >= position:  # asyncio.wait_for with 0 s times out before looking
+            return True
         async with self._advanced:
             try:
                 await asyncio.wait_for(self._advanced.wait_for(
