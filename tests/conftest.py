@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest.bootstrap import Endpoints
 from memledger_platform import bus
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.subjects import Subjects

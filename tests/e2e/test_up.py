@@ -4,6 +4,7 @@ import asyncio
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import nats
 import orjson
 import psutil
 
+from memledger_cli.up import CHILDREN
 from memledger_platform.engines import free_port
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.e2e.conftest import Running, engine_processes, start
@@ -31,12 +33,29 @@ def _write_fact(url: str, content: str) -> dict[str, object]:
     return body
 
 
-def test_up_runs_the_relay_projector_and_enricher_as_child_processes(memledger: Running
-                                                                    ) -> None:
+def test_up_runs_every_service_but_ingest_and_query_as_a_child_process(memledger: Running
+                                                                      ) -> None:
     commands = [" ".join(child.cmdline()) for child in
                 psutil.Process(memledger.proc.pid).children()]
-    for service in ("relay", "projector", "enricher"):
+    assert set(CHILDREN) == {"relay", "projector", "vectors", "enricher", "lifecycle"}
+    for service in CHILDREN:
         assert any(c.endswith(f"memledger_cli {service}") for c in commands), service
+
+
+def test_the_vectors_service_owns_the_index_process_which_serves_its_owner_only(
+        memledger: Running) -> None:
+    vectors = next(child for child in psutil.Process(memledger.proc.pid).children()
+                   if " ".join(child.cmdline()).endswith("memledger_cli vectors"))
+
+    def serving() -> None:
+        index = [c for c in vectors.children() if "memledger_platform.vectorindex.process"
+                 in " ".join(c.cmdline())]
+        assert len(index) == 1
+        socket_path = Path(index[0].cmdline()[-1])
+        assert socket_path.is_socket()
+        assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+
+    eventually_sync(serving, timeout=60)
 
 
 def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running) -> None:

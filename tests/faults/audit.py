@@ -16,12 +16,12 @@ import psycopg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from psycopg import sql
 
-from memledger_enricher.embedding import HashingEmbedder
 from memledger_platform import bus
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import open_index
-from memledger_projector import schema
 from memledger_schemas.subjects import HDR_MSG_ID, Subjects
 
 PLACES = ("store", "stream", "items", "versions", "changes", "vectors", "dense", "embedded")

@@ -1,7 +1,7 @@
 """A memledger deployment whose every process the test owns, so each can be killed and restarted:
 PostgreSQL and nats-server (or a JetStream cluster of them, streams replicated on every node)
-from the project's engine classes, and the five services in the distributed mode (ingest,
-relay, projector, enricher, query), each a process of its own, ingest and query in as many
+from the project's engine classes, and the services in the distributed mode (ingest, relay,
+projector, vectors, enricher, query), each a process of its own, ingest and query in as many
 replicas as asked (``ingest``, ``ingest-1``, ...; each on its own port).
 
 The services are kept running by a supervisor thread that does what ``memledger up`` does for
@@ -41,7 +41,7 @@ from memledger_platform.engines import (
 )
 from tests.support import eventually_sync, holds_sync
 
-SERVICES = ("ingest", "relay", "projector", "enricher", "query")
+SERVICES = ("ingest", "relay", "projector", "vectors", "enricher", "query")
 Engine = Literal["postgres", "nats"]
 T = TypeVar("T")
 

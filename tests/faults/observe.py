@@ -12,11 +12,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from memledger_enricher.embedding import HashingEmbedder, LocalMiniLmEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder, LocalMiniLmEmbedder
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import open_index
 from memledger_platform.vectorindex.port import IndexedPoint
-from memledger_projector import schema
 from tests.faults.audit import Copies, _all_events, _event_store, _read_stream
 from tests.faults.checker import Observed
 from tests.faults.cluster import Cluster

@@ -54,9 +54,10 @@ FAULTS: dict[str, tuple[str, Callable[[Cluster, Load, Plan], None]]] = {
     "relay": ("kill -9 relay", lambda c, _l, _p: c.kill("relay")),
     "projector": ("kill -9 projector", lambda c, _l, _p: c.kill("projector")),
     "enricher": ("kill -9 enricher", lambda c, _l, _p: c.kill("enricher")),
-    "query": ("kill -9 query (vector projector)", lambda c, _l, _p: c.kill("query")),
-    "vectors": ("kill -9 the vector index process", lambda c, _l, _p: c.kill_child(
-        "query", "memledger_platform.vectorindex.process")),
+    "query": ("kill -9 query", lambda c, _l, _p: c.kill("query")),
+    "vectors": ("kill -9 vectors (the vector projector)", lambda c, _l, _p: c.kill("vectors")),
+    "vector-index": ("kill -9 the vector index process", lambda c, _l, _p: c.kill_child(
+        "vectors", "memledger_platform.vectorindex.process")),
     "nats": ("kill -9 nats-server", lambda c, _l, _p: c.kill_engine("nats")),
     "postgres": ("kill -9 postgres", lambda c, _l, _p: c.kill_engine("postgres")),
     "nats-pause": ("SIGSTOP nats-server", lambda c, _l, p: _pause_nats(c, p.pause_seconds)),

@@ -20,8 +20,8 @@ from tests.faults.cluster import Cluster
 from tests.faults.load import Load, Outcomes
 from tests.faults.scenario import Plan, Recovery, run_faults, run_verify, settle
 
-FULL = ("relay", "projector", "enricher", "query", "vectors", "ingest", "nats", "postgres",
-        "nats-pause")
+FULL = ("relay", "projector", "enricher", "query", "vectors", "vector-index", "ingest", "nats",
+        "postgres", "nats-pause")
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _check(run: Run, tables: list[str], section: str = "") -> None:
 
 def test_killed_services_and_postgres_neither_lose_nor_repeat_an_acknowledged_write(
         tmp_path: Path, results_tables: list[str]) -> None:
-    plan = Plan(faults=("ingest", "relay", "vectors", "postgres"), warmup_acks=20)
+    plan = Plan(faults=("ingest", "relay", "vector-index", "postgres"), warmup_acks=20)
     _check(_run(tmp_path / "home", plan, workers=3, rate=5.0), results_tables)
 
 

@@ -11,7 +11,7 @@ import httpx
 import orjson
 
 from memledger_platform.auth import TENANT_HEADER
-from memledger_query.dto import Change, History, ItemAnswer, ItemList, Rectangle
+from memledger_schemas.api.reads import Change, History, ItemAnswer, ItemList, Rectangle
 from tests.integration.bitemporal_oracle import ATTRIBUTES, Oracle, Recorded, constant_over
 
 

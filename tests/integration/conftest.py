@@ -4,8 +4,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from tests.integration.ingest_support import running
 from tests.integration.read_support import ReadSide, read_side

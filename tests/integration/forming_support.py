@@ -14,11 +14,11 @@ from nats.js import JetStreamContext
 from memledger_enricher.extractor import Extractor
 from memledger_enricher.forming_service import Forming
 from memledger_enricher.session_turns import EventStoreTurns
+from memledger_lifecycle.scheduler import Scheduler
 from memledger_platform.crypto import Keyring, Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.intake_client import IntakeClient
-from memledger_projector.lifecycle_service import Scheduler
-from memledger_query import forming_http
+from memledger_query.entrypoints import forming_http
 from memledger_schemas.subjects import Subjects
 from tests.integration.semantic_support import Pipeline
 

@@ -19,22 +19,23 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from starlette.routing import Mount
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest import grpc_api as ingest_grpc
-from memledger_ingest.http import create_app
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import grpc_api as ingest_grpc
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform import grpc_server
 from memledger_platform.auth import Gate
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
-from memledger_projector import schema
-from memledger_projector.consumer import Projector
-from memledger_projector.store import tune
+from memledger_projector.core.store import tune
+from memledger_projector.entrypoints.consumer import Projector
 from memledger_query import bootstrap
+from memledger_relay.relay import Relay
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc, query_pb2_grpc
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import VectorProjector
 from tests.integration.read_support import drop_read_models
 
 TENANT = "acme"
@@ -62,14 +63,16 @@ async def both_apis(dsn: str, store: PostgresEventStore, base: str,
     embedder = HashingEmbedder()
     settings = Settings(postgres_schema=base, nats_prefix=subjects.prefix, embedder="hashing",
                         home=vectors_dir.parent)
+    index = QdrantEdgeVectorIndex(vectors_dir, embedder.dims)
+    vectors = VectorProjector(subjects, index, embedder.model_id, batch=settings.vector_batch)
     query = await asyncio.to_thread(bootstrap.build, settings, dsn, embedder=embedder,
-                                    index=QdrantEdgeVectorIndex(vectors_dir, embedder.dims))
+                                    index=index, progress=vectors)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(job) for job in (
         Relay(store, js, subjects, batch=200, poll_seconds=0.05).run(stop),
         Projector(lambda: tune(psycopg.connect(dsn, autocommit=True)), js, subjects,
                   schema.Names(base), batch=200).run(stop),
-        query.vectors.run(js, stop))]
+        vectors.run(js, stop))]
     writes = grpc_server.principal_resolver(Gate(None, "default"), "write")
     server, address = await grpc_server.start(
         [ingest_grpc.registrar(writer, writes), query.grpc], "127.0.0.1", 0, fallback=0,

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from uuid import UUID
 
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.commands import AppendMessage, CreateSpace, StartSession
 

@@ -23,22 +23,23 @@ from pydantic import SecretStr
 
 from memledger_enricher import bootstrap as enricher
 from memledger_ingest import bootstrap as ingest
-from memledger_ingest import http as ingest_http
-from memledger_ingest import relay_service
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import http as ingest_http
 from memledger_platform.auth import Role, issue
 from memledger_platform.auth_postgres import PostgresKeyStore
 from memledger_platform.crypto import Keyring
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import free_port
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
 from memledger_projector import bootstrap as projector
 from memledger_query import bootstrap as query
+from memledger_relay import bootstrap as relay
 from memledger_schemas import commands as c
 from memledger_schemas.events import ExtractedEntity, Member, Triple
+from memledger_vectors import bootstrap as vectors
 from tests.integration.read_support import drop_read_models
 from tests.support import eventually
 
@@ -119,9 +120,9 @@ async def running(endpoints: Endpoints, home: Path) -> AsyncIterator[System]:
     jobs: list[Coroutine[Any, Any, None]] = [
         ingest.serve(settings, endpoints, stop, urls.put_nowait, also=service.app,
                      also_grpc=service.grpc, on_grpc_ready=grpc.put_nowait),
-        relay_service.serve(settings, endpoints, stop),
-        projector.serve(settings, dsn, nats, stop), enricher.serve(settings, nats, stop),
-        service.project_vectors(settings, nats, stop)]
+        relay.serve(settings, endpoints, stop), projector.serve(settings, dsn, nats, stop),
+        vectors.serve(settings, dsn, nats, stop), enricher.serve(settings, nats, stop),
+        service.record_retrievals(settings, nats, stop)]
     tasks = [asyncio.create_task(job) for job in jobs]
     pool = ConnectionPool(dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True})
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema))

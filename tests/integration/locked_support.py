@@ -20,17 +20,17 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from starlette.types import ASGIApp
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.http import behind
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import behind
 from memledger_platform import bus, http_server
 from memledger_platform.auth import Gate, issue
 from memledger_platform.auth_postgres import PostgresKeyStore
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_platform.limits import RequestLimits
-from memledger_query import forming_http, lifecycle_http
+from memledger_query.entrypoints import forming_http, lifecycle_http
 from memledger_schemas.subjects import Subjects
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models

@@ -13,13 +13,15 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.writer import CommandResult, GroupCommitWriter
+from memledger_ingest.core.writer import CommandResult, GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.eventstore import EventStore, RecordedEvent
-from memledger_projector import schema, store
-from memledger_projector.projection import Event, event_from
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_platform.readmodel.projection import Event, event_from
+from memledger_projector.core import store
+from memledger_query.core.reader import Reader
+from memledger_query.entrypoints.http import create_app
 from memledger_schemas.commands import CommandBase
 from tests.integration.events_support import read_everything
 
@@ -43,7 +45,7 @@ class ReadSide:
         return self.names.schema(schema.live_version(self.conn, self.names))
 
     def position(self) -> int:
-        return store.read_checkpoint(self.conn, self.schema).position
+        return read_checkpoint(self.conn, self.schema).position
 
     def project(self, up_to: int | None = None) -> int:
         """Apply every committed event not projected yet (up to ``up_to``), in one batch;

@@ -14,29 +14,29 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import Embedder
 from memledger_enricher.service import Enricher
-from memledger_ingest.http import create_app as create_ingest_app
-from memledger_ingest.intake import Intake
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app as create_ingest_app
+from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform import receipts
 from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.crypto import Keyring, Opener
+from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.intake_client import IntakeClient
+from memledger_platform.readmodel import schema
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
-from memledger_projector import schema
-from memledger_projector.consumer import Projector
-from memledger_projector.store import tune
-from memledger_projector.vector_consumer import VectorProjector
-from memledger_query import retrieval_http
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
-from memledger_query.recorder import IntakeRecorder
-from memledger_query.semantic_http import Semantic, add_routes
+from memledger_projector.core.store import tune
+from memledger_projector.entrypoints.consumer import Projector
+from memledger_query.core.reader import Reader
+from memledger_query.core.recorder import IntakeRecorder
+from memledger_query.entrypoints import retrieval_http
+from memledger_query.entrypoints.http import create_app
+from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_relay.relay import Relay
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import VectorProjector
 
 
 @dataclass

@@ -12,12 +12,12 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER
-from memledger_query import lifecycle_http
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
+from memledger_platform.endpoints import Endpoints
+from memledger_query.core.reader import Reader
+from memledger_query.entrypoints import lifecycle_http
+from memledger_query.entrypoints.http import create_app
 from memledger_schemas import commands as c
 from memledger_schemas.events import Triple
 from tests.integration.read_support import SPACE, TENANT, ReadSide, write

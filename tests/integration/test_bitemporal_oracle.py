@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter, Rejected
+from memledger_ingest.core.writer import GroupCommitWriter, Rejected
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
-from memledger_projector import store
-from memledger_projector.projection import event_from
+from memledger_platform.readmodel.projection import event_from
+from memledger_projector.core import store
 from memledger_schemas import commands as c
 from tests.integration.bitemporal_oracle import Oracle, Planned, Recorded, position_at
 from tests.integration.bitemporal_reads import ReadBack

@@ -8,10 +8,10 @@ from uuid import UUID
 
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected, WriterLimits
 from memledger_ingest.domain.errors import Conflict
 from memledger_ingest.domain.streams import StreamRef
-from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected, WriterLimits
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import AssertMemory, CommandBase

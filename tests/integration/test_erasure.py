@@ -20,19 +20,20 @@ from nats.js import JetStreamContext
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest import grpc_api as ingest_grpc
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure, LegalHold
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure, LegalHold
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import grpc_api as ingest_grpc
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform import grpc_server, receipts
 from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.crypto import ERASED, Opener
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
-from memledger_projector import rebuild, schema
+from memledger_platform.readmodel import schema
+from memledger_projector.core import rebuild
 from memledger_schemas import commands as c
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc

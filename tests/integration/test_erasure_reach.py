@@ -24,20 +24,21 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from memledger_cli import operators
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import grpc_server, pg_vacuum
 from memledger_platform.auth import Gate
 from memledger_platform.crypto import Opener
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import Settings
-from memledger_projector import erasure, rebuild, schema
-from memledger_projector import store as projector_store
-from memledger_query import grpc_api
+from memledger_projector.core import erasure, rebuild
+from memledger_query.entrypoints import grpc_api
 from memledger_schemas import commands as c
 from memledger_schemas.grpc.v1 import query_pb2 as qpb
 from memledger_schemas.grpc.v1 import query_pb2_grpc
@@ -281,7 +282,7 @@ async def _caught_up(dsn: str, base: str, store: PostgresEventStore) -> None:
     names = schema.Names(base)
     with psycopg.connect(dsn, autocommit=True) as conn:
         live = names.schema(schema.live_version(conn, names))
-        assert projector_store.read_checkpoint(conn, live).position == store.max_position()
+        assert read_checkpoint(conn, live).position == store.max_position()
 
 
 def _rebuilt_equals_live(dsn: str, store: PostgresEventStore, base: str,

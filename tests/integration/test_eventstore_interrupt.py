@@ -11,7 +11,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import Interrupted, NewEvent
 from memledger_platform.eventstore.interrupting import BusyConnections
 from memledger_platform.eventstore.postgres import EVENTS_TABLE, PostgresEventStore

@@ -6,7 +6,7 @@ from uuid import UUID
 
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.logshare import StreamShare

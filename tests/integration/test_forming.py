@@ -12,12 +12,12 @@ import httpx
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import HashingEmbedder
 from memledger_enricher.rules_extractor import RulesExtractor
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import ERASED
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_schemas import commands as c
@@ -117,8 +117,12 @@ async def test_a_conversation_forms_a_profile_a_summary_and_themes_that_erasure_
         assert any("Acme Corp" in e["text"] for e in preferences["entries"])
         assert any("coffee" in e["text"] for e in preferences["entries"])
         assert not any("tea" in e["text"] for e in preferences["entries"])
-        themes = await eventually(lambda: _themes(api), timeout=60)
-        garden = next(t for t in themes if "garden" in t["label"])
+        # The garden's theme, once its members are embedded (another theme may form first).
+        async def garden_theme() -> dict[str, Any]:
+            found = [t for t in await _themes(api) if "garden" in t["label"]]
+            assert found
+            return found[0]
+        garden = await eventually(garden_theme, timeout=60)
         hits = (await api.post("/v1/search", json={
             "query": "garden", "spaces": ["main"], "theme": garden["theme_id"],
             "threshold": 0})).json()["results"]

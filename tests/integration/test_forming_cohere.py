@@ -12,12 +12,13 @@ import psycopg
 import pytest
 
 from memledger_enricher.cohere_extractor import CohereExtractor
-from memledger_enricher.embedding import HashingEmbedder
 from memledger_enricher.forming import entity_ref
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_projector import rebuild, schema
+from memledger_platform.readmodel import schema
+from memledger_projector.core import rebuild
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import HDR_DLQ_REASON, Subjects
 from tests.cohere_chat_fake import FakeChat

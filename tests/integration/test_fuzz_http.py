@@ -11,19 +11,19 @@ import pytest
 from psycopg_pool import ConnectionPool
 from schemathesis import Case
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.http import create_app as ingest_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app as ingest_app
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_projector.vector_consumer import VectorProjector
-from memledger_query import retrieval_http
-from memledger_query.http import create_app as query_app
-from memledger_query.reader import Reader
-from memledger_query.recorder import MemoryRecorder
-from memledger_query.semantic_http import Semantic, add_routes
+from memledger_query.core.reader import Reader
+from memledger_query.core.recorder import MemoryRecorder
+from memledger_query.entrypoints import retrieval_http
+from memledger_query.entrypoints.http import create_app as query_app
+from memledger_query.entrypoints.semantic_http import Semantic, add_routes
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import VectorProjector
 from tests.integration import fuzz_support
 from tests.integration.read_support import ReadSide, write
 

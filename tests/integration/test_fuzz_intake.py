@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from memledger_ingest.intake import Intake
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import BY_NAME
 from memledger_schemas.subjects import HDR_DLQ_REASON, HDR_DLQ_SUBJECT, Subjects

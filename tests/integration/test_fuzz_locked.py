@@ -15,8 +15,8 @@ import schemathesis
 from schemathesis import Case
 from schemathesis.core.transport import Response
 
-from memledger_ingest.bootstrap import Endpoints
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.endpoints import Endpoints
 from tests.integration import fuzz_support, stateful_support
 from tests.integration.locked_support import GLOBEX_SECRET, SPACES, Locked, locked_world
 

@@ -10,8 +10,8 @@ from uuid import UUID
 import httpx
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.endpoints import Endpoints
 from memledger_schemas import commands as c
 from memledger_schemas.events import ExtractedEntity
 from tests.integration.read_support import SPACE, ReadSide, query_api, write

@@ -17,11 +17,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest import grpc_api as ingest_grpc
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import grpc_api as ingest_grpc
 from memledger_platform import grpc_server
 from memledger_platform.auth import Denied, Principal
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc

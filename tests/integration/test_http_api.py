@@ -7,8 +7,8 @@ from uuid import uuid4
 import httpx
 import pytest
 
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform.auth import TENANT_HEADER, Gate
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.limits import RateLimiter, RateLimits

@@ -9,7 +9,8 @@ import psycopg
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest.bootstrap import Endpoints, serve
+from memledger_ingest.bootstrap import serve
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import EVENTS_TABLE, PostgresEventStore
 from memledger_platform.settings import Settings
 from memledger_schemas.subjects import Subjects

@@ -13,9 +13,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from memledger_ingest.http import WriteResult
-from memledger_ingest.intake import Intake
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import WriteResult
+from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import CreateSpace
 from memledger_schemas.subjects import (

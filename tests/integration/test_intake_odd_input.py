@@ -8,8 +8,8 @@ from uuid import uuid4
 import orjson
 import pytest
 
-from memledger_ingest.intake import Intake
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.subjects import HDR_DLQ_REASON, Subjects
 from tests.integration.events_support import read_everything

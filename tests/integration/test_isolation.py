@@ -15,12 +15,12 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import bus
 from memledger_platform.auth import Gate, Role, issue
 from memledger_platform.auth_postgres import PostgresKeyStore
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.subjects import Subjects
 from tests.integration.ingest_support import running

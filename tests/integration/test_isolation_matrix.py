@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.endpoints import Endpoints
 from memledger_schemas.commands import BY_NAME, CreateSpace
 from tests.integration.isolation_calls import (
     Answer,

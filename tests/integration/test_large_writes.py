@@ -12,10 +12,10 @@ import httpx
 import psycopg
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import EVENTS_TABLE, PostgresEventStore
 
 TEXT = "x" * 60_000

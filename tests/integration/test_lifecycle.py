@@ -13,15 +13,15 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_enricher.embedding import Embedder, HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_lifecycle.fold import fold
+from memledger_lifecycle.scheduler import Scheduler
 from memledger_platform.clock import FixedClock, SystemClock
+from memledger_platform.embedding.embedder import Embedder, HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.intake_client import IntakeClient
-from memledger_projector.lifecycle_fold import fold
-from memledger_projector.lifecycle_service import Scheduler
-from memledger_projector.projection import event_from
+from memledger_platform.readmodel.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything

@@ -9,11 +9,11 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import receipts
 from memledger_platform.auth import TENANT_HEADER, Gate, Principal
-from memledger_query.http import create_app
+from memledger_platform.endpoints import Endpoints
+from memledger_query.entrypoints.http import create_app
 from memledger_schemas import commands as c
 from tests.integration.read_support import TENANT, CountingReader, ReadSide, query_api, write
 

@@ -22,11 +22,11 @@ from starlette.routing import Mount
 
 from memledger_cli.mcp_server import build_server
 from memledger_client import NO_RETRY, AsyncClient
-from memledger_enricher.embedding import Embedder, HashingEmbedder, LocalMiniLmEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.http import create_app as create_ingest_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app as create_ingest_app
+from memledger_platform.embedding.embedder import Embedder, HashingEmbedder, LocalMiniLmEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.keyring_postgres import PostgresKeyring
 from memledger_schemas.commands import (

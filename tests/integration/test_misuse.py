@@ -11,11 +11,11 @@ from uuid import uuid4
 import pytest
 from nats.js import JetStreamContext
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay_service import serve as serve_relay
 from memledger_platform import deployment
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.settings import Settings, load_settings
+from memledger_relay.bootstrap import serve as serve_relay
 from memledger_schemas.subjects import HDR_MSG_ID, Subjects
 from tests.integration.events_support import envelope
 from tests.integration.nats_support import stream_messages
@@ -45,7 +45,7 @@ async def test_a_second_relay_on_the_same_stream_stands_by_naming_the_first_and_
     first = asyncio.create_task(serve_relay(settings, engines, first_stop))
     event_store.append([envelope(uuid4(), 1) for _ in range(5)])
     await eventually(lambda: _published_once(js, subjects, 5), timeout=20)
-    with caplog.at_level(logging.WARNING, logger="memledger_ingest.relay_lease"):
+    with caplog.at_level(logging.WARNING, logger="memledger_relay.relay_lease"):
         second = asyncio.create_task(serve_relay(settings, engines, second_stop))
 
         async def told() -> None:

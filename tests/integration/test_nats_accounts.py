@@ -27,21 +27,22 @@ from nats.js.errors import NoStreamResponseError
 from memledger_cli.status import Status, collect
 from memledger_enricher import bootstrap as enricher
 from memledger_ingest import bootstrap as ingest
-from memledger_ingest import relay_service as relay
-from memledger_ingest.bootstrap import Endpoints
+from memledger_lifecycle import bootstrap as lifecycle
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.engines.process import free_port
 from memledger_platform.settings import Settings
 from memledger_projector import bootstrap as projector
-from memledger_projector import lifecycle_service as lifecycle
 from memledger_query import bootstrap as query
+from memledger_relay import bootstrap as relay
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
+from memledger_vectors import bootstrap as vectors
 from tests.support import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-USERS = ("ingest", "relay", "projector", "enricher", "lifecycle", "query", "operator", "acme",
-         "globex", "sys")
+USERS = ("ingest", "relay", "projector", "vectors", "enricher", "lifecycle", "query", "operator",
+         "acme", "globex", "sys")
 
 
 @dataclass
@@ -158,7 +159,7 @@ def _settings(server: AccountsNats, user: str, dsn: str, schema: str, home: Path
 async def _services(server: AccountsNats, dsn: str, schema: str, home: Path,
                     query_settings: Settings | None = None
                     ) -> AsyncIterator[list["asyncio.Task[None]"]]:
-    """The six services, each through its composition root as its own NATS user. Started in
+    """The seven services, each through its composition root as its own NATS user. Started in
     stages, as compose orders them: each creates its tables with CREATE ... IF NOT EXISTS, which
     PostgreSQL does not serialise (two at once can fail on a duplicate key)."""
     def s(user: str) -> Settings:
@@ -173,8 +174,9 @@ async def _services(server: AccountsNats, dsn: str, schema: str, home: Path,
         [("projector-postgres", projector.serve(s("projector"), dsn, server.url("projector"),
                                                 stop)),
          ("", relay.serve(s("relay"), Endpoints(dsn, server.url("relay")), stop))],
-        [("projector-vectors-hashing-v1-snowball-en", query.serve(s("query"), dsn,
-                                                                  server.url("query"), stop)),
+        [("projector-vectors-hashing-v1-snowball-en",
+          vectors.serve(s("vectors"), dsn, server.url("vectors"), stop)),
+         ("", query.serve(s("query"), dsn, server.url("query"), stop)),
          ("enricher-hashing-v1", enricher.serve(s("enricher"), server.url("enricher"), stop)),
          ("lifecycle", lifecycle.serve(s("lifecycle"), server.url("lifecycle"), stop))]]
     tasks: list[asyncio.Task[None]] = []

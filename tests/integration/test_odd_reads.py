@@ -14,9 +14,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import grpc_server
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import query_pb2 as qpb

@@ -13,14 +13,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter, Rejected
+from memledger_ingest.core.writer import GroupCommitWriter, Rejected
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_projector import schema, store
-from memledger_projector.projection import event_from
-from memledger_query import replay, views
-from memledger_query.dto import Basis
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_platform.readmodel.projection import event_from
+from memledger_projector.core import store
+from memledger_query.core import replay, views
 from memledger_schemas import commands as c
+from memledger_schemas.api.reads import Basis
 
 SPACE = "s"
 ITEMS = [UUID(int=i + 1) for i in range(3)]
@@ -128,6 +130,6 @@ async def _write(event_store: PostgresEventStore, tenant: str,
 def _project(event_store: PostgresEventStore, conn: psycopg.Connection[Any],
              names: schema.Names) -> None:
     s = names.schema(schema.live_version(conn, names))
-    after = store.read_checkpoint(conn, s).position
+    after = read_checkpoint(conn, s).position
     events = event_store.read_all(after, 10_000)
     store.apply_batch(conn, names, [event_from(orjson.loads(e.document())) for e in events])

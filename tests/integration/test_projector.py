@@ -22,17 +22,19 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from psycopg import sql
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_projector import schema, store
-from memledger_projector.consumer import DURABLE, Projector
-from memledger_projector.projection import event_from
-from memledger_query import replay, views
-from memledger_query.dto import Basis
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_platform.readmodel.projection import event_from
+from memledger_projector.core import store
+from memledger_projector.entrypoints.consumer import DURABLE, Projector
+from memledger_query.core import replay, views
+from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
+from memledger_schemas.api.reads import Basis
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
     HDR_DLQ_SUBJECT,
@@ -206,7 +208,7 @@ async def test_written_and_relayed_events_are_projected_into_every_read_model(
     async with running_projector(engines.postgres_dsn, js, subjects, side.names,
                                  batch=7) as projector:
         await eventually(lambda: _reached(side, last))
-    checkpoint = store.read_checkpoint(side.conn, side.schema)
+    checkpoint = read_checkpoint(side.conn, side.schema)
 
     assert (checkpoint.position, checkpoint.stream_seq, projector.position) == (last, last, last)
     assert checkpoint.recorded_at == read_everything(event_store)[-1].recorded_at
@@ -383,7 +385,8 @@ async def test_a_batch_whose_connection_is_lost_is_retried_in_place_and_nothing_
 _PROJECTOR_SCRIPT = """
 import asyncio, sys, time
 from memledger_platform.settings import Settings
-from memledger_projector import bootstrap, store
+from memledger_projector import bootstrap
+from memledger_projector.core import store
 
 schema_name, prefix, dsn, url, hang_from = sys.argv[1:]
 apply_batch = store.apply_batch
@@ -443,7 +446,7 @@ async def test_a_projector_killed_between_its_write_and_its_ack_is_resumed_exact
 
     committed = await _run_until_hung_then_kill(engines, pg_schema, subjects)
 
-    checkpoint = store.read_checkpoint(side.conn, side.schema)
+    checkpoint = read_checkpoint(side.conn, side.schema)
     consumer = await js.consumer_info(subjects.events_stream, DURABLE)
     assert KILL_AT <= checkpoint.position == committed < total
     assert consumer.ack_floor.stream_seq < checkpoint.stream_seq  # written, never acked

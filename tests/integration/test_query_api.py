@@ -13,9 +13,9 @@ import httpx
 import orjson
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.endpoints import Endpoints
 from memledger_schemas import commands as c
 from memledger_schemas.events import Triple
 from tests.integration.events_support import read_everything

@@ -8,9 +8,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_projector.store import read_checkpoint
-from memledger_query.reader import Reader
+from memledger_platform.endpoints import Endpoints
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_query.core.reader import Reader
 from tests.integration.read_support import ReadSide
 
 

@@ -7,8 +7,8 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_query.reader import NotYetVisible
+from memledger_platform.endpoints import Endpoints
+from memledger_query.core.reader import NotYetVisible
 from tests.integration.read_support import CountingReader, ReadSide
 from tests.support import eventually
 

@@ -9,14 +9,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import MemoryKeyring, Opener, is_sealed, seal_payload
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.ids import uuid7
-from memledger_projector import rebuild, schema, store
-from memledger_projector.projection import event_from
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_platform.readmodel.projection import event_from
+from memledger_projector.core import rebuild, store
 from memledger_schemas import commands as c
 from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.events import ExtractedEntity
@@ -145,7 +147,7 @@ async def test_events_written_during_a_rebuild_reach_the_new_model(
 
     rebuild.rebuild(conn, event_store, names, write_while_rebuilding)
 
-    assert store.read_checkpoint(conn, names.schema(2)).position >= late[0]
+    assert read_checkpoint(conn, names.schema(2)).position >= late[0]
 
 
 def _late_event() -> EventEnvelope:
@@ -177,7 +179,7 @@ async def test_the_live_model_answers_reads_while_a_rebuild_runs(
         def read_meanwhile(at: int, of: int) -> None:
             # another connection, mid-rebuild: the live version still answers
             version = schema.live_version(reader, live)
-            answers.append(store.read_checkpoint(reader, live.schema(version)).position)
+            answers.append(read_checkpoint(reader, live.schema(version)).position)
 
         rebuild.rebuild(conn, event_store, live, read_meanwhile)
 

@@ -16,9 +16,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Cursor, Relay, RelayOutOfSync
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.stream_cursor import Cursor, RelayOutOfSync
+from memledger_relay.relay import Relay
 from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.subjects import (
     HDR_EVENT_TYPE,
@@ -40,7 +41,7 @@ CRASH_EVENTS = 3_000
 # script) so that the SIGKILL from the test lands, most likely, in the middle of a batch.
 _RELAY_SCRIPT = """
 import asyncio, sys
-from memledger_ingest.relay import Relay
+from memledger_relay.relay import Relay
 from memledger_platform import bus
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.subjects import Subjects
@@ -259,7 +260,7 @@ async def test_the_running_relay_keeps_relaying_after_its_database_connections_d
 async def _relay_complained(task: "asyncio.Task[None]", caplog: pytest.LogCaptureFixture
                                  ) -> None:
     assert not task.done()
-    assert any(r.name == "memledger_ingest.relay" and r.levelno == logging.WARNING
+    assert any(r.name == "memledger_relay.relay" and r.levelno == logging.WARNING
                for r in caplog.records)
 
 

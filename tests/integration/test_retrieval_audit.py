@@ -12,9 +12,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_enricher.embedding import Embedder, LocalMiniLmEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.embedding.embedder import Embedder, LocalMiniLmEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.commands import (
     AppendMessage,

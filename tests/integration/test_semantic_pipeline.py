@@ -14,10 +14,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_enricher.embedding import Embedder, HashingEmbedder, LocalMiniLmEmbedder
 from memledger_enricher.service import Enricher
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.embedding.embedder import Embedder, HashingEmbedder, LocalMiniLmEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import (

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.endpoints import Endpoints
 from memledger_schemas.commands import MAX_BATCH
 from tests.integration.locked_support import MAX_BODY, Locked, locked_world
 from tests.support import large_batch

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.endpoints import Endpoints
 from memledger_schemas import commands as c
 from tests.integration.read_support import SPACE, ReadSide, query_api, write
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from psycopg_pool import ConnectionPool
 
-from memledger_ingest.bootstrap import Endpoints
 from memledger_platform.auth_postgres import PostgresKeyStore
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import new_key
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring
 

@@ -10,10 +10,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from memledger_ingest.relay import Relay
 from memledger_platform import bus
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_relay.relay import Relay
 from memledger_schemas.subjects import HDR_MSG_ID, HDR_POSITION, Subjects
 from tests.integration.events_support import envelope
 from tests.integration.nats_support import sequence, stream_messages

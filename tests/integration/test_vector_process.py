@@ -7,6 +7,9 @@ import asyncio
 import os
 import random
 import signal
+import stat
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,13 +23,12 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.consumer_positions import ConsumerPositions
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_platform.vectorindex import process
+from memledger_platform.vectorindex import process, wire
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import (
     OPEN,
@@ -38,18 +40,26 @@ from memledger_platform.vectorindex.port import (
 )
 from memledger_platform.vectorindex.process import ProcessVectorIndex, VectorProcessEnded
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex, ShardInUse
-from memledger_projector.vector_consumer import DURABLE, VectorProjector
+from memledger_platform.vectorindex.remote import SocketVectorIndex
+from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import DURABLE, VectorProjector
 from tests.support import eventually
 from tests.unit.test_vector_index import NOW, VectorIndexContract, X, Y, ids, now, point
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
+def owner(tmp_path: Path) -> Iterator[ProcessVectorIndex]:
+    """The index with its process (the vectors service's, in production)."""
     made = ProcessVectorIndex(tmp_path / "vectors", dims=3)
     yield made
     made.close()
+
+
+@pytest.fixture
+def index(owner: ProcessVectorIndex) -> ProcessVectorIndex:
+    return owner
 
 
 class TestInItsOwnProcess(VectorIndexContract):
@@ -243,6 +253,7 @@ async def test_a_projector_whose_index_lost_its_unflushed_writes_derives_them_ag
 
         await eventually(whole_again, timeout=30)
         assert vectors.position == last  # it never went back
+        assert await asyncio.to_thread(positions.written, DURABLE) == last
     finally:
         stop.set()
         await asyncio.wait_for(running, 20)
@@ -266,21 +277,23 @@ async def _at(projector: VectorProjector, position: int) -> None:
     assert projector.position == position
 
 
-def test_a_call_interrupted_half_way_leaves_the_shard_to_a_new_process(
+def test_a_call_interrupted_half_way_leaves_its_connection_and_the_next_call_gets_a_new_one(
         index: ProcessVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     index.upsert([point("1")])
     index.flush()
+    pid = index._process.pid
 
-    def interrupted(stream: Any) -> Any:
+    def interrupted(sock: Any) -> Any:
         raise KeyboardInterrupt  # as a signal would, between the request and its answer
 
-    monkeypatch.setattr(process, "_read", interrupted)
+    monkeypatch.setattr(wire, "receive", interrupted)
     with pytest.raises(KeyboardInterrupt):
         index.count()
     monkeypatch.undo()
-    monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
-    # The old process still runs and holds the shard: it is ended, not waited on for 30 s.
+    # The answer to the interrupted call is never read as another's: the process is the same.
     assert ids(index, now()) == ["1"]
+    assert index.count() == 1
+    assert index._process.pid == pid
 
 
 def test_closing_an_index_whose_process_died_mid_call_is_harmless(tmp_path: Path) -> None:
@@ -291,3 +304,104 @@ def test_closing_an_index_whose_process_died_mid_call_is_harmless(tmp_path: Path
         index.upsert([point("1")])
     index.close()
     index.close()
+
+
+# --- readers: the index served to other processes over its socket ------------------------------
+
+
+class TestReadThroughItsSocket(VectorIndexContract):
+    @pytest.fixture
+    def index(self, owner: ProcessVectorIndex) -> Iterator[VectorIndex]:
+        reader = SocketVectorIndex(owner.address)
+        yield reader
+        reader.close()
+
+
+_READER = """
+import sys
+from pathlib import Path
+from memledger_platform.vectorindex.port import Scope
+from memledger_platform.vectorindex.remote import SocketVectorIndex
+reader = SocketVectorIndex(Path(sys.argv[1]))
+hits = reader.search([0.0, 1.0, 0.0], Scope("acme", float(sys.argv[2])), 5)
+print(" ".join(hit.payload["item_id"] for hit in hits))
+"""
+
+
+def test_other_processes_read_the_index_its_owner_writes_over_its_socket(
+        owner: ProcessVectorIndex) -> None:
+    owner.upsert([point("1"), point("2", vector=Y)])
+    readers = [subprocess.Popen([sys.executable, "-c", _READER, str(owner.address), str(NOW)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(3)]
+    answers = [reader.communicate(timeout=60) for reader in readers]
+    assert [out.split() for out, _ in answers] == [ids(owner, now(), Y)] * 3, answers
+
+
+def test_the_socket_is_served_to_its_owner_only(owner: ProcessVectorIndex) -> None:
+    assert owner.address.is_socket()
+    assert stat.S_IMODE(owner.address.stat().st_mode) == 0o600
+
+
+def test_a_reader_finds_the_index_gone_until_its_owner_starts_it_again(
+        owner: ProcessVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = SocketVectorIndex(owner.address)
+    owner.upsert([point("1")])
+    owner.flush()
+    assert ids(reader, now()) == ["1"]
+    os.kill(owner._process.pid, signal.SIGKILL)
+    owner._process.wait()
+    with pytest.raises(IndexUnavailable):
+        reader.search(X, now(), 5)
+    monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
+    owner.ensure_running()
+    assert ids(reader, now()) == ["1"]  # a new connection, to the new process
+    with pytest.raises(IndexReopened):  # the owner, which writes, is told
+        owner.upsert([point("2")])
+    reader.close()
+
+
+def test_a_reader_idle_while_the_index_restarted_is_answered_on_a_new_connection(
+        owner: ProcessVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = SocketVectorIndex(owner.address)
+    owner.upsert([point("1")])
+    owner.flush()
+    assert reader.count() == 1
+    os.kill(owner._process.pid, signal.SIGKILL)
+    owner._process.wait()
+    monkeypatch.setattr(process, "RESTART_SECONDS", 0.0)
+    owner.ensure_running()
+    assert reader.count() == 1
+    reader.close()
+
+
+def test_a_reader_lets_go_of_its_connection_and_never_of_the_index(
+        owner: ProcessVectorIndex) -> None:
+    reader = SocketVectorIndex(owner.address)
+    assert reader.count() == 0
+    reader.close()
+    with pytest.raises(IndexUnavailable):
+        reader.count()
+    owner.upsert([point("1")])
+    assert owner.count() == 1
+
+
+def test_a_reader_with_no_index_served_says_what_serves_it(tmp_path: Path) -> None:
+    reader = SocketVectorIndex(tmp_path / "vectors.sock")
+    with pytest.raises(IndexUnavailable, match="memledger vectors"):
+        reader.count()
+
+
+def test_an_index_deeper_than_a_socket_path_can_name_is_served_all_the_same(
+        tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    owner = ProcessVectorIndex(deep / "vectors", dims=3)
+    try:
+        assert len(str(owner.address)) > 108
+        owner.upsert([point("1")])
+        reader = SocketVectorIndex(owner.address)
+        assert reader.count() == 1
+        reader.close()
+    finally:
+        owner.close()

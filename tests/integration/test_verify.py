@@ -22,20 +22,22 @@ from psycopg_pool import ConnectionPool
 from memledger_cli import verify_vectors
 from memledger_cli.main import main
 from memledger_cli.verify import Target, repair, verify
-from memledger_enricher.embedding import HashingEmbedder
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import Relay
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
-from memledger_projector import schema, store
-from memledger_projector.consumer import Projector
-from memledger_projector.vector_consumer import VectorProjector
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
-from memledger_query.semantic_http import Semantic, add_routes
+from memledger_projector.core import store
+from memledger_projector.entrypoints.consumer import Projector
+from memledger_query.core.reader import Reader
+from memledger_query.entrypoints.http import create_app
+from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import VectorProjector
 from tests.integration.events_support import envelope
 from tests.integration.nats_support import stream_messages
 from tests.integration.read_support import drop_read_models
@@ -94,7 +96,7 @@ async def _caught_up(system: System) -> None:
     last = system.target.store.max_position()
     with psycopg.connect(system.target.dsn, autocommit=True) as conn:
         live = system.target.names.schema(schema.live_version(conn, system.target.names))
-        assert store.read_checkpoint(conn, live).position == last
+        assert read_checkpoint(conn, live).position == last
     assert system.vectors.position == last
 
 

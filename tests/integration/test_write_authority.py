@@ -14,10 +14,10 @@ import grpc
 import httpx
 import pytest
 
-from memledger_ingest import grpc_api as ingest_grpc
-from memledger_ingest.erasure import Erasure, legal_holds
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure, legal_holds
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints import grpc_api as ingest_grpc
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform import grpc_server
 from memledger_platform.auth import Gate, MemoryKeyStore, Role, issue
 from memledger_platform.crypto import MemoryKeyring

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from memledger_enricher.cohere_embedder import CohereEmbedder
-from memledger_enricher.embedding import EmbedderUnavailable
+from memledger_platform.embedding.cohere import CohereEmbedder
+from memledger_platform.embedding.embedder import EmbedderUnavailable
 from tests.cohere_fake import FakeCohere, serving
 
 

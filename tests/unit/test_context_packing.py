@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memledger_query.context import (
+from memledger_query.core.context import (
     DEFAULT_SHARES,
     ORDER,
     TITLES,

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memledger_projector import copytext
-from memledger_projector.projection import Projection, event_from
+from memledger_platform.readmodel.projection import Projection, event_from
+from memledger_projector.core import copytext
 
 RECORDED = "2025-01-10T09:00:00.123456Z"
 

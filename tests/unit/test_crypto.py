@@ -9,7 +9,7 @@ import orjson
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import (
     ERASED,
     PERSONAL,

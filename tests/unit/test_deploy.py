@@ -21,15 +21,15 @@ from memledger_cli.main import parser
 from memledger_enricher.service import DURABLE as ENRICHER_DURABLE
 from memledger_platform.engines.nats import _nats_binary
 from memledger_platform.settings import ENV_PREFIX, Settings, load_settings
-from memledger_projector.consumer import DURABLE as PROJECTOR_DURABLE
-from memledger_projector.vector_consumer import DURABLE as VECTORS_DURABLE
+from memledger_projector.entrypoints.consumer import DURABLE as PROJECTOR_DURABLE
 from memledger_schemas.commands import SERVICE_COMMANDS
 from memledger_schemas.subjects import Subjects
+from memledger_vectors.consumer import DURABLE as VECTORS_DURABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 HTTP_SERVICES = {"ingest", "query"}
-SINGLE_CONSUMERS = {"relay", "projector", "query"}
+SINGLE_CONSUMERS = {"relay", "projector", "vectors", "lifecycle"}
 """Services that must run as one process (docs/operations.md, "Scaling out")."""
 
 
@@ -116,10 +116,10 @@ def _assert_real_settings(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
 def _get_routes(command: str) -> set[str]:
     """The GET paths of the HTTP app the service runs (apps are built without connecting)."""
     if command == "ingest":
-        from memledger_ingest.http import create_app as ingest_app
+        from memledger_ingest.entrypoints.http import create_app as ingest_app
         app: Any = _build(ingest_app)
     else:
-        from memledger_query.http import create_app as query_app
+        from memledger_query.entrypoints.http import create_app as query_app
         app = _build(query_app)
     return {route.path for route in app.routes if "GET" in (getattr(route, "methods", None)
                                                             or set())}
@@ -188,7 +188,7 @@ def test_every_dependency_names_a_service_and_waits_only_for_healthchecks() -> N
 def test_every_memledger_service_runs_a_subcommand_with_valid_settings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     services = _memledger_services(_compose())
-    assert {"ingest", "relay", "projector", "enricher", "query"} <= set(services)
+    assert {"ingest", "relay", "projector", "vectors", "enricher", "query"} <= set(services)
     for spec in services.values():
         _assert_is_a_memledger_command(spec["command"])
         settings = _assert_real_settings(spec["environment"], monkeypatch)
@@ -370,8 +370,8 @@ def _pod_env(container: dict[str, Any]) -> dict[str, str]:
 def test_every_deployment_runs_a_subcommand_with_valid_settings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     deployments = _deployments()
-    assert set(deployments) == {"ingest", "relay", "projector", "enricher", "lifecycle",
-                                "query"}
+    assert set(deployments) == {"ingest", "relay", "projector", "vectors", "enricher",
+                                "lifecycle", "query"}
     for name, deployment in deployments.items():
         container = _container(deployment)
         assert container["args"] == [name]
@@ -412,6 +412,12 @@ def test_single_writers_run_one_replica_and_are_recreated_not_rolled() -> None:
         if name in SINGLE_CONSUMERS:
             assert deployment["spec"]["replicas"] == 1, name
             assert deployment["spec"]["strategy"]["type"] == "Recreate", name
+
+
+def test_query_keeps_nothing_of_its_own_so_it_runs_several_replicas_and_rolls() -> None:
+    query = _deployments()["query"]
+    assert query["spec"]["replicas"] >= 2
+    assert query["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
 def test_services_select_a_deployment_and_target_a_declared_port() -> None:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from memledger_enricher.embedding import Embedder, HashingEmbedder, LocalMiniLmEmbedder
+from memledger_platform.embedding.embedder import Embedder, HashingEmbedder, LocalMiniLmEmbedder
 
 TEXTS = ["Alice prefers tea over coffee", "The deploy pipeline failed on Tuesday",
          "Remind me about the dentist appointment", "I live in Lisbon"]

@@ -9,8 +9,8 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from memledger_enricher.embedding import HashingEmbedder, Vector
 from memledger_enricher.service import Enricher
+from memledger_platform.embedding.embedder import HashingEmbedder, Vector
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects

@@ -6,7 +6,6 @@ from uuid import UUID
 
 import pytest
 
-from memledger_enricher.embedding import HashingEmbedder
 from memledger_enricher.plan import (
     ACTOR,
     EXTRACTOR,
@@ -15,6 +14,7 @@ from memledger_enricher.plan import (
     mentions,
     source_of,
 )
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,

@@ -3,9 +3,9 @@ from extractions (one row per entity as written, a nameless row for an empty ext
 
 from typing import Any
 
-from memledger_projector.projection import Projection, event_from, name_key
-from memledger_query.dto import Relation
-from memledger_query.views import walk
+from memledger_platform.readmodel.projection import Projection, event_from, name_key
+from memledger_query.core.views import walk
+from memledger_schemas.api.reads import Relation
 
 ITEM = "0190a000-0000-7000-8000-0000000000a1"
 

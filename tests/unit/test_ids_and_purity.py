@@ -111,7 +111,7 @@ def test_a_domain_module_imports_only_the_standard_library_pydantic_and_schemas(
     "import starlette",
     "from memledger_platform.ids import uuid7",
     "from memledger_platform import clock",
-    "from memledger_ingest.writer import GroupCommitWriter",
+    "from memledger_ingest.core.writer import GroupCommitWriter",
     "from memledger_ingest import writer",
     "from .. import writer",
     "def f() -> None:\n    import orjson\n",
@@ -139,7 +139,7 @@ def test_the_fold_worker_imports_neither_the_event_store_nor_the_event_schemas()
     # It is started for every parallel rebuild, and begins folding only once imported:
     # the store's imports (eventsourcing, pydantic and the schemas) were half its start.
     heavy = ("eventsourcing", "pydantic", "memledger_schemas", "memledger_platform.eventstore")
-    probe = ("import sys, memledger_projector.fold_worker; "
+    probe = ("import sys, memledger_projector.core.fold_worker; "
              f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))")
 
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -17,8 +17,8 @@ from google.protobuf.descriptor import Descriptor, MethodDescriptor
 from memledger_cli import interfaces
 from memledger_cli.interfaces import EXCLUDED, ROUTES, SUBMIT, Route
 from memledger_client import AsyncClient, Client
-from memledger_ingest.grpc_api import IngestServicer
-from memledger_query.grpc_api import QueryServicer
+from memledger_ingest.entrypoints.grpc_api import IngestServicer
+from memledger_query.entrypoints.grpc_api import QueryServicer
 from memledger_schemas.commands import BY_NAME, CreateSpace
 from memledger_schemas.grpc.v1 import ingest_pb2, ingest_pb2_grpc, query_pb2, query_pb2_grpc
 

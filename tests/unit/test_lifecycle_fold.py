@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from memledger_projector.lifecycle_fold import Archive, LifecycleFold, fold
-from memledger_projector.projection import Event
+from memledger_lifecycle.fold import Archive, LifecycleFold, fold
+from memledger_platform.readmodel.projection import Event
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 SESSION = str(UUID(int=7))

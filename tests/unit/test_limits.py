@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, Router
 
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform.auth import Denied, Gate, MemoryKeyStore, issue
 from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_platform.grpc_server import client_address, tenant_resolver

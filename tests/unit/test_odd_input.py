@@ -13,9 +13,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.http import create_app
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter
+from memledger_ingest.entrypoints.http import create_app
 from memledger_platform.crypto import MemoryKeyring
 from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_platform.jsonbody import is_json, repeated_key
@@ -241,7 +241,7 @@ async def test_a_subject_id_holding_a_slash_is_erased_over_http(ingest: Ingest, 
 def test_a_search_or_context_query_with_a_nul_is_refused_naming_the_query() -> None:
     from pydantic import ValidationError
 
-    from memledger_query.semantic_dto import ContextRequest, SearchRequest
+    from memledger_schemas.api.semantic import ContextRequest, SearchRequest
 
     for build in (lambda: SearchRequest(query="a\x00b"),
                   lambda: ContextRequest(space_id="s", query="a\x00b")):

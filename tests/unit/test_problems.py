@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from memledger_ingest.core.writer import Rejected
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid, NotFound
-from memledger_ingest.problems import invalid_request, refused
-from memledger_ingest.writer import Rejected
+from memledger_ingest.entrypoints.problems import invalid_request, refused
 from memledger_schemas.commands import BY_NAME, AssertMemory, CommandBatch
 
 ITEM = "00000000-0000-0000-0000-000000000003"

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from memledger_projector.projection import Projection, event_from, event_of
-from memledger_projector.temporal import Version, as_of
+from memledger_platform.readmodel.projection import Projection, event_from, event_of
+from memledger_platform.readmodel.temporal import Version, as_of
 
 TENANT, SPACE, ACTOR = "acme", "notes", "tester"
 ALICE = "0190a000-0000-7000-8000-0000000000a1"

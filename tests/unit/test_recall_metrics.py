@@ -8,7 +8,7 @@ import pytest
 
 from memledger_cli.bench import baselines, conversations, locomo, recall
 from memledger_cli.bench import situatedqa as sqa
-from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder
 
 
 def test_recall_all_counts_a_question_only_when_every_evidence_turn_is_in_the_top_k() -> None:

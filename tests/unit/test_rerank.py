@@ -11,10 +11,10 @@ from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document
-from memledger_query import rerank
-from memledger_query.ranking import Candidate, Recipe, rank
-from memledger_query.rerank import CohereReranker, Reranker, RerankerUnavailable, reorder
-from memledger_query.semantic import Layer, Rerank, search
+from memledger_query.core import rerank
+from memledger_query.core.ranking import Candidate, Recipe, rank
+from memledger_query.core.rerank import CohereReranker, Reranker, RerankerUnavailable, reorder
+from memledger_query.core.semantic import Layer, Rerank, search
 from tests.cohere_fake import FakeCohere, serving
 
 

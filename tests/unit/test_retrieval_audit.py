@@ -7,18 +7,14 @@ from typing import Any
 import pytest
 
 from memledger_platform.auth import Principal
-from memledger_query.context import Entry
-from memledger_query.dto import Basis, Item
-from memledger_query.http import Problem
-from memledger_query.recorder import (
+from memledger_query.core.context import Entry
+from memledger_query.core.recorder import (
     IntakeRecorder,
     MemoryRecorder,
     NoRecorder,
     RecordingFailed,
 )
-from memledger_query.retrieval_dto import RetrievalRecord, Shown
-from memledger_query.retrieval_http import _may_read
-from memledger_query.retrievals import (
+from memledger_query.core.retrievals import (
     compare,
     context_request,
     pinned,
@@ -27,7 +23,12 @@ from memledger_query.retrievals import (
     search_request,
     shown_by_search,
 )
-from memledger_query.semantic_dto import (
+from memledger_query.core.steering import FLAG, rules_then_candidates
+from memledger_query.entrypoints.http import Problem
+from memledger_query.entrypoints.retrieval_http import _may_read
+from memledger_schemas.api.reads import Basis, Item
+from memledger_schemas.api.retrievals import RetrievalRecord, Shown
+from memledger_schemas.api.semantic import (
     ContextAnswer,
     ContextEntry,
     ContextRequest,
@@ -36,7 +37,6 @@ from memledger_query.semantic_dto import (
     SearchHit,
     SearchRequest,
 )
-from memledger_query.steering import FLAG, rules_then_candidates
 from memledger_schemas.commands import CommandBase
 
 AT = Basis(position=42, recorded_at=None, valid_at=datetime(2026, 3, 1, tzinfo=UTC))

@@ -9,8 +9,8 @@ from uuid import UUID
 import orjson
 import pytest
 
-from memledger_ingest.results import request_hash
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.results import request_hash
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import (
     DIGEST_PREFIX,
     ERASED,

@@ -7,9 +7,9 @@ from concurrent.futures import Future
 import pytest
 
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_query.degrade import BoundedEmbedding, ranking
-from memledger_query.ranking import Recipe
-from memledger_query.semantic import Layer, search
+from memledger_query.core.degrade import BoundedEmbedding, ranking
+from memledger_query.core.ranking import Recipe
+from memledger_query.core.semantic import Layer, search
 from tests.unit.test_semantic_search import BUILD, NOW, TEA, point, scope
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document
-from memledger_query.ranking import MODES, Recipe, Signals
-from memledger_query.semantic import Found, Layer, search
+from memledger_query.core.ranking import MODES, Recipe, Signals
+from memledger_query.core.semantic import Found, Layer, search
 
 NOW = 1.79e9
 EMBEDDER = HashingEmbedder(dims=256)
@@ -169,9 +169,9 @@ def test_session_memory_is_searched_only_by_naming_its_session_and_messages_ever
     from datetime import UTC, datetime
     from uuid import UUID
 
-    from memledger_query.dto import Basis
-    from memledger_query.semantic_dto import SearchRequest
-    from memledger_query.semantic_http import _layers
+    from memledger_query.entrypoints.semantic_http import _layers
+    from memledger_schemas.api.reads import Basis
+    from memledger_schemas.api.semantic import SearchRequest
 
     at = Basis(position=5, recorded_at=None, valid_at=datetime(2026, 1, 1, tzinfo=UTC))
     flat = _layers("acme", SearchRequest(query="q", spaces=["main"]), at, 5, ())

@@ -9,8 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memledger_projector import temporal
-from memledger_projector.temporal import Attrs, Change, Version, as_of, attrs_of, end_at, patch, put
+from memledger_platform.readmodel import temporal
+from memledger_platform.readmodel.temporal import (
+    Attrs,
+    Change,
+    Version,
+    as_of,
+    attrs_of,
+    end_at,
+    patch,
+    put,
+)
 
 OLD, NEW = attrs_of({"content": "old"}), attrs_of({"content": "new"})
 CAUSE = (("event_id", "evt-2"),)

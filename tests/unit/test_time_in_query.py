@@ -5,10 +5,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memledger_query import when
-from memledger_query.ranking import Candidate, Recipe, rank, score
-from memledger_query.semantic_dto import SearchRequest
-from memledger_query.semantic_http import _recipe
+from memledger_query.core import when
+from memledger_query.core.ranking import Candidate, Recipe, rank, score
+from memledger_query.entrypoints.semantic_http import _recipe
+from memledger_schemas.api.semantic import SearchRequest
 
 AT = datetime(2023, 8, 20, 15, 30, tzinfo=UTC)  # a Sunday
 

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.readmodel import temporal
+from memledger_platform.readmodel.projection import Projection, event_from
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, in_scope
 from memledger_platform.vectorindex.sparse import encode_document, encode_query
-from memledger_projector import temporal
-from memledger_projector.projection import Projection, event_from
-from memledger_projector.vectors import VectorFold, vector_event
+from memledger_vectors.fold import VectorFold, vector_event
 
 TENANT, SPACE, MODEL = "acme", "notes", HashingEmbedder.model_id
 ALICE = "0190a000-0000-7000-8000-0000000000a1"

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from memledger_enricher.embedding import HashingEmbedder
 from memledger_platform.crypto import ERASED
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, in_scope
 from memledger_platform.vectorindex.sparse import encode_query
-from memledger_projector.vector_messages import point_id_of
-from memledger_projector.vectors import VectorFold, vector_event
+from memledger_vectors.fold import VectorFold, vector_event
+from memledger_vectors.messages import point_id_of
 
 TENANT, SPACE, MODEL = "acme", "notes", HashingEmbedder.model_id
 SESSION = "0190a000-0000-7000-8000-0000000000c1"

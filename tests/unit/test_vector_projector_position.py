@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from memledger_enricher.embedding import HashingEmbedder
+from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import IndexedPoint
-from memledger_projector.vector_consumer import VectorProjector
 from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects
+from memledger_vectors.consumer import VectorProjector
 
 ITEM = "0190a000-0000-7000-8000-0000000000a1"
 
@@ -83,3 +83,27 @@ async def test_a_position_already_reached_answers_at_once_even_with_no_time_to_w
     await projector.handle([asserted(7)])  # type: ignore[list-item]
     assert await projector.wait_for(7, 0)
     assert not await projector.wait_for(8, 0)
+
+
+class RecordedPositions:
+    """Where the projector records the position it has written (PostgreSQL, in production),
+    with what the index held at each record."""
+
+    def __init__(self, index: InMemoryVectorIndex) -> None:
+        self.index = index
+        self.written: list[tuple[int, int]] = []
+
+    def record_written(self, durable: str, position: int) -> None:
+        self.written.append((position, self.index.count()))
+
+
+async def test_the_position_written_is_recorded_for_every_query_process_after_each_batch() -> None:
+    index = InMemoryVectorIndex()
+    positions = RecordedPositions(index)
+    projector = VectorProjector(Subjects("t"), index, HashingEmbedder.model_id,
+                                positions=positions)  # type: ignore[arg-type]
+    await projector.handle([asserted(7)])  # type: ignore[list-item]
+    await projector.handle([asserted(8)])  # type: ignore[list-item]
+    # recorded once the batch is in the index, never before
+    assert positions.written == [(7, 1), (8, 2)]
+    assert await projector.reached() == 8

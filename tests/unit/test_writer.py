@@ -10,8 +10,8 @@ from uuid import UUID
 
 import pytest
 
+from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
-from memledger_ingest.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_platform.crypto import MemoryKeyring
 from memledger_platform.eventstore import (
     Committed,

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from memledger_ingest.commit_watch import CommitTimedOut, WriterStopping
-from memledger_ingest.http import create_app
-from memledger_ingest.problems import unavailable
-from memledger_ingest.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.core.commit_watch import CommitTimedOut, WriterStopping
+from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.entrypoints.http import create_app
+from memledger_ingest.entrypoints.problems import unavailable
 from memledger_platform.eventstore import Committed, IdempotencyRecord, Interrupted, NewEvent
 from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_schemas.envelope import EventEnvelope

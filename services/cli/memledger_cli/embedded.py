@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 
 import psutil
 
-from memledger_ingest.bootstrap import Endpoints
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import (
     NATS_ADMIN,
     EmbeddedNats,

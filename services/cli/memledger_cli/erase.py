@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 from memledger_cli.embedded import attach
-from memledger_ingest.erasure import Erasure, LegalHold
-from memledger_ingest.writer import GroupCommitWriter
+from memledger_ingest.core.erasure import Erasure, LegalHold
+from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import receipts
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from memledger_client import Client
-from memledger_ingest.http import ERASE_PATH, openapi
+from memledger_ingest.entrypoints.http import ERASE_PATH, openapi
 from memledger_query.bootstrap import unconnected_app
 
 Route = tuple[str, str]

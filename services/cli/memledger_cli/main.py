@@ -21,17 +21,19 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 SERVICES = {
     "ingest": ("memledger_ingest.bootstrap", "run the ingest service alone (distributed mode)"),
-    "relay": ("memledger_ingest.relay_service", "run the relay alone: event store -> JetStream "
+    "relay": ("memledger_relay.bootstrap", "run the relay alone: event store -> JetStream "
               "(distributed mode; `up` runs it for you)"),
     "projector": ("memledger_projector.bootstrap", "run the projector alone: events -> read "
                   "models (distributed mode; `up` runs it for you)"),
+    "vectors": ("memledger_vectors.bootstrap", "run the vector projector alone: events -> "
+                "the vector index, which it owns (one per index; `up` runs it for you)"),
     "enricher": ("memledger_enricher.bootstrap", "run the enricher alone: events -> "
                  "embeddings and extractions -> ingest (distributed mode; `up` runs it)"),
-    "lifecycle": ("memledger_projector.lifecycle_service", "run the lifecycle scheduler "
+    "lifecycle": ("memledger_lifecycle.bootstrap", "run the lifecycle scheduler "
                   "alone: policies and consolidation -> ingest (distributed mode; `up` runs "
                   "it)"),
-    "query": ("memledger_query.bootstrap", "run the query service alone, with the vector "
-              "projector (distributed mode)"),
+    "query": ("memledger_query.bootstrap", "run the query service alone: reads, search and "
+              "context (distributed mode; stateless, run as many as you like)"),
 }
 """Services a distributed deployment runs one process each of: module with ``run(settings)``."""
 

@@ -14,7 +14,7 @@ from memledger_cli.mcp_answers import Changes, Context, ItemHistory, Recalled, T
 from memledger_cli.mcp_tools import ItemId, Space, Tags, ToolGroup
 from memledger_client import SearchOptions, Unavailable
 from memledger_client.results import SearchAnswer
-from memledger_query.semantic_dto import MAX_WINDOW, SearchKind
+from memledger_schemas.api.semantic import MAX_WINDOW, SearchKind
 from memledger_schemas.events import MemoryKind, Role
 
 log = logging.getLogger("memledger.mcp")

@@ -18,9 +18,9 @@ from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
-from memledger_projector import rebuild as blue_green
-from memledger_projector import schema
+from memledger_projector.core import rebuild as blue_green
 
 _BATCH = 5_000
 

@@ -31,16 +31,16 @@ from nats.js.errors import NotFoundError
 from psycopg import sql
 
 from memledger_cli.embedded import RUNTIME_FILE, running
-from memledger_ingest.bootstrap import Endpoints
-from memledger_ingest.relay import stream_cursor
 from memledger_platform import bus
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.nats_permissions import OPERATOR
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import Settings
-from memledger_projector import schema
-from memledger_projector.store import read_checkpoint
-from memledger_projector.vector_consumer import DURABLE as VECTORS_DURABLE
+from memledger_platform.stream_cursor import stream_cursor
 from memledger_schemas.subjects import HDR_POSITION, Subjects
+from memledger_vectors.consumer import DURABLE as VECTORS_DURABLE
 
 _TIMEOUT_SECONDS = 5.0
 

@@ -1,6 +1,9 @@
-"""``memledger up``: the embedded composition root, the one place that starts every service.
-It starts the engines (embedded by default, external in distributed mode), runs some services
-in this process and supervises the others as child processes."""
+"""``memledger up``: the embedded composition root, the one place that knows every service.
+
+It starts the engines (embedded by default; named by the settings in distributed mode), runs
+ingest and query in this process behind one port for users (HTTP and gRPC: ingest serves query's
+APIs beside its own), and supervises the relay, the projector, the vectors service, the
+enricher and the lifecycle scheduler as child processes of their own."""
 
 import asyncio
 import os
@@ -11,15 +14,17 @@ from pydantic import SecretStr
 
 from memledger_cli.embedded import Engines, engines, supervise
 from memledger_cli.status import redact
-from memledger_ingest.bootstrap import Endpoints
 from memledger_platform import telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
+from memledger_platform.endpoints import Endpoints
 from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.nats_permissions import CLIENT
 from memledger_platform.settings import Settings
 
 ADMIN_KEY_FILE = "admin.key"
+CHILDREN = ("relay", "projector", "vectors", "enricher", "lifecycle")
+"""The services ``up`` runs as child processes (ingest and query run in its own)."""
 
 
 def up(settings: Settings) -> None:
@@ -32,8 +37,8 @@ def up(settings: Settings) -> None:
     if settings.master_key is None:  # personal data is always sealed on the embedded engines
         settings = settings.model_copy(update={"master_key": SecretStr(
             ensure_master_key(settings.home.expanduser()))})
-    # this process: ingest, query and the vector projector (the others are child processes,
-    # which configure their own from the same settings)
+    # this process: ingest and query (the others are child processes, which configure their
+    # own from the same settings)
     telemetry.configure(settings, "memledger")
     with engines(settings) as started:
         key = ensure_local_admin(settings, started.postgres_dsn,
@@ -45,23 +50,23 @@ def up(settings: Settings) -> None:
             _banner(settings, url, started, key, grpc_address[0])
 
         async def services(stop: asyncio.Event) -> None:
-            # The relay, the projector, the enricher and the lifecycle scheduler get processes
-            # (and cores) of their own; they stop after ingest, so the last commits are
-            # published and projected before they go. The vector index is fed inside this
-            # process (ADR 0006). Each service connects to NATS as its own user.
+            # The other services get processes (and cores) of their own; they stop after
+            # ingest, so the last commits are published and projected before they go. The
+            # vectors service owns the vector index's process, which query reads over its
+            # socket (ADR 0006). Each service connects to NATS as its own user.
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
                 name, _child_argv(name), _child_env(started.endpoints(name), settings),
-                children_stop)) for name in ("relay", "projector", "enricher", "lifecycle")]
+                children_stop)) for name in CHILDREN]
             query = await asyncio.to_thread(build_query, settings, started.postgres_dsn)
-            vectors = asyncio.create_task(query.project_vectors(
+            recording = asyncio.create_task(query.record_retrievals(
                 settings, started.nats_url("query"), children_stop))
             try:
                 await serve(settings, started.endpoints("ingest"), stop, ready, also=query.app,
                             also_grpc=query.grpc, on_grpc_ready=grpc_address.append)
             finally:
                 children_stop.set()
-                await asyncio.gather(*children, vectors)
+                await asyncio.gather(*children, recording)
                 await asyncio.to_thread(query.close)
 
         # Two stages, each within the grace period: its own services (ingest gives up on a

@@ -34,16 +34,18 @@ from memledger_cli import verify_models, verify_report, verify_stream, verify_ve
 from memledger_cli.embedded import RUNTIME_FILE, attach
 from memledger_cli.progress import Bar
 from memledger_cli.verify_report import Found, Report
-from memledger_ingest.relay import RelayOutOfSync, stream_cursor
 from memledger_platform import bus
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
+from memledger_platform.stream_cursor import RelayOutOfSync, stream_cursor
 from memledger_platform.vectorindex.port import VectorIndex
-from memledger_projector import rebuild, schema, store
+from memledger_projector.core import rebuild
 from memledger_schemas.subjects import Subjects
 
 
@@ -126,7 +128,7 @@ def _projected_through(target: Target, position: int) -> bool:
     try:
         with psycopg.connect(target.dsn, autocommit=True) as conn:
             live = target.names.schema(schema.live_version(conn, target.names))
-            return store.read_checkpoint(conn, live).position >= position
+            return read_checkpoint(conn, live).position >= position
     except (LookupError, psycopg.Error):
         return True
 
@@ -263,8 +265,8 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
 
 
 def _open_index(target: Target, settings: Settings) -> None:
-    from memledger_enricher import embedders
-    from memledger_platform.vectorindex.factory import index_slug, open_index
+    from memledger_platform.embedding import factory as embedders
+    from memledger_platform.vectorindex.factory import index_path, open_index
 
     try:
         embedder = embedders.from_settings(settings)
@@ -274,7 +276,7 @@ def _open_index(target: Target, settings: Settings) -> None:
         return
     target.model = embedder.model_id
     target.index_label = (f"Qdrant at {settings.qdrant_url}" if settings.qdrant_url else
-                          f"index {settings.home / 'vectors' / index_slug(embedder.model_id)}")
+                          f"index {index_path(settings, embedder.model_id)}")
 
 
 def up_is_running(settings: Settings) -> bool:

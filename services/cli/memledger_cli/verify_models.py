@@ -24,9 +24,11 @@ from psycopg import IsolationLevel, sql
 from memledger_platform.crypto import ERASED
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.port import Committed, IdempotentResult
-from memledger_projector import rebuild, schema, store
-from memledger_projector.projection import event_of
-from memledger_query.vector_summary import Digests, Row, micros, summarize
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
+from memledger_platform.readmodel.projection import event_of
+from memledger_projector.core import rebuild, store
+from memledger_query.core.vector_summary import Digests, Row, micros, summarize
 
 _TABLES = ("spaces", "agents", "sessions", "messages", "preferences", "signals", "mentions",
            "items", "item_versions", "entities", "relations", "changes")
@@ -99,14 +101,14 @@ def compare(dsn: str, event_store: EventStore, names: schema.Names, committed: i
     with psycopg.connect(dsn, autocommit=True) as conn, _scratch(conn) as scratch:
         try:
             live = names.schema(schema.live_version(conn, names))
-            position = store.read_checkpoint(conn, live).position
+            position = read_checkpoint(conn, live).position
         except (LookupError, psycopg.errors.UndefinedTable):
             return ModelComparison("", 0, committed, missing="no read model yet (has the "
                                    "projector ever run?)")
         built = rebuild.rebuild(conn, LogUpTo(event_store, position), scratch, progress)
         target = scratch.schema(built.version)
         with _snapshot(dsn) as snap:
-            position = store.read_checkpoint(snap, live).position
+            position = read_checkpoint(snap, live).position
             _catch_up(conn, event_store, target, position)
             result = ModelComparison(live, position, committed)
             mine, theirs = table_digests(snap, live), table_digests(conn, target)
@@ -185,7 +187,7 @@ def items_of(conn: psycopg.Connection[Any], s: str) -> list[tuple[str, str, str]
 def _catch_up(conn: psycopg.Connection[Any], event_store: EventStore, target: str,
               until: int) -> None:
     """Apply the events after ``target``'s checkpoint through ``until``."""
-    while (after := store.read_checkpoint(conn, target).position) < until:
+    while (after := read_checkpoint(conn, target).position) < until:
         batch = [e for e in event_store.read_all(after, _BATCH) if e.position <= until]
         if not batch:
             return

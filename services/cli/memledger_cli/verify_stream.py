@@ -23,9 +23,9 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from memledger_ingest.relay import Relay
 from memledger_platform import bus
 from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_relay.relay import Relay
 from memledger_schemas.subjects import HDR_MSG_ID, HDR_POSITION, Subjects
 
 Progress = Callable[[int, int], None]

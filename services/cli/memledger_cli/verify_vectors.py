@@ -1,6 +1,6 @@
 """``memledger verify``: the vector index against what the log implies, per (tenant, space).
 
-Both sides are ``memledger_query.vector_summary`` digests as of one position: the expected ones
+Both sides are ``memledger_query.core.vector_summary`` digests as of one position: the expected ones
 from the PostgreSQL rebuild of the log (its item versions are the same rectangles the vector
 fold makes points of), the actual ones from the index. The index is read in this process when
 it can be opened here (a Qdrant server, or Qdrant Edge while no ``memledger up`` holds it:
@@ -23,15 +23,15 @@ import orjson
 from memledger_platform.auth import TENANT_HEADER
 from memledger_platform.eventstore import EventStore
 from memledger_platform.vectorindex.port import VectorIndex
-from memledger_projector.vectors import EVENT_TYPES, VectorFold, vector_event
-from memledger_query.vector_summary import (
-    SUMMARY_PATH,
+from memledger_query.core.vector_summary import (
     Digests,
     Row,
     SpaceDigest,
     point_row,
     summarize,
 )
+from memledger_schemas.api.vectors import SUMMARY_PATH
+from memledger_vectors.fold import EVENT_TYPES, VectorFold, vector_event
 
 Progress = Callable[[int, int], None]
 _BATCH = 2_000

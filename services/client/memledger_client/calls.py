@@ -39,7 +39,7 @@ from memledger_client.results import (
     ThemeList,
     WriteResult,
 )
-from memledger_query.semantic_dto import (
+from memledger_schemas.api.semantic import (
     ContextRequest,
     ContextShares,
     LayerLimits,

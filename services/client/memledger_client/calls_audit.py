@@ -14,7 +14,7 @@ from memledger_client.results import (
     SubjectErasure,
     VectorSummary,
 )
-from memledger_query.vector_summary import SUMMARY_PATH
+from memledger_schemas.api.vectors import SUMMARY_PATH
 
 
 def chain(space_id: str, item_id: str, as_of_position: int | None,

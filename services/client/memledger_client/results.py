@@ -3,8 +3,9 @@ the query service's own models (so client and server cannot disagree on a field)
 
 from pydantic import BaseModel, ConfigDict
 
-from memledger_ingest.http import ErasureReceipt as SubjectErasure
-from memledger_query.dto import (
+from memledger_schemas.api.erasure import ErasureReceipt as SubjectErasure
+from memledger_schemas.api.forming import ProfileAnswer, Theme, ThemeList
+from memledger_schemas.api.reads import (
     AgentList,
     AgentSummary,
     Basis,
@@ -34,18 +35,17 @@ from memledger_query.dto import (
     SpaceStats,
     SpaceSummary,
 )
-from memledger_query.forming_views import ProfileAnswer, Theme, ThemeList
-from memledger_query.retrieval_dto import ReplayAnswer, RetrievalRecord
-from memledger_query.semantic_dto import ContextAnswer as ServerContextAnswer
-from memledger_query.semantic_dto import (
+from memledger_schemas.api.retrievals import ReplayAnswer, RetrievalRecord
+from memledger_schemas.api.semantic import ContextAnswer as ServerContextAnswer
+from memledger_schemas.api.semantic import (
     ContextEntry,
     ContextSection,
     SearchHit,
     Turn,
     Window,
 )
-from memledger_query.semantic_dto import SearchAnswer as ServerSearchAnswer
-from memledger_query.vector_summary import VectorSummary
+from memledger_schemas.api.semantic import SearchAnswer as ServerSearchAnswer
+from memledger_schemas.api.vectors import VectorSummary
 
 __all__ = [
     "AgentList",

@@ -3,10 +3,10 @@
 import asyncio
 import logging
 
-from memledger_enricher import embedders
 from memledger_enricher.forming_bootstrap import forming_of
 from memledger_enricher.service import DURABLE, Enricher
 from memledger_platform import telemetry
+from memledger_platform.embedding import factory as embedders
 from memledger_platform.intake_client import ingest_client
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug

@@ -19,11 +19,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from memledger_enricher.embedding import Embedder, Vector
 from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
 from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
+from memledger_platform.embedding.embedder import Embedder, Vector
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects

@@ -1,1 +1,2 @@
-"""The ingest service: validates commands, appends events (the commit), relays them."""
+"""The ingest service: validates commands and appends their events (the commit), the only
+writer of the event store."""

@@ -1,6 +1,6 @@
 """The composition root of the ingest service: builds the adapters from settings and runs the
-writer, the NATS intake consumer and the HTTP API until told to stop. (The relay runs in its own
-process: ``relay_service.py``.)"""
+writer, the NATS intake consumer and the HTTP and gRPC APIs until told to stop. (The relay is a
+service of its own: ``memledger_relay``.)"""
 
 import asyncio
 import logging
@@ -14,35 +14,21 @@ from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 from starlette.types import ASGIApp
 
-from memledger_ingest import grpc_api
-from memledger_ingest.erasure import Erasure
-from memledger_ingest.http import behind, create_app
-from memledger_ingest.intake import Intake
-from memledger_ingest.relay import stream_cursor
-from memledger_ingest.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.core.erasure import Erasure
+from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.entrypoints import grpc_api
+from memledger_ingest.entrypoints.http import behind, create_app
+from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
+from memledger_platform.endpoints import Endpoints, endpoints_from
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring, keyring_for
 from memledger_platform.limits import RequestLimits
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
+from memledger_platform.stream_cursor import stream_cursor
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where the engines are: given by settings (distributed) or started by ``memledger up``."""
-
-    postgres_dsn: str
-    nats_url: str
-
-
-def endpoints_from(settings: Settings) -> Endpoints:
-    if not settings.postgres_dsn or not settings.nats_url:
-        raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL, or use "
-                         "`memledger up` to start embedded engines")
-    return Endpoints(settings.postgres_dsn, settings.nats_url)
 
 
 @dataclass
@@ -94,8 +80,9 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,
                 also: ASGIApp | None = None, also_grpc: grpc_server.Register | None = None,
                 on_grpc_ready: Callable[[str], None] | None = None) -> None:
     """Run ingest until ``stop`` is set. Shutdown order keeps every accepted write: stop taking
-    requests, finish the writer's queue, then disconnect. (``also``, ``also_grpc``: the query
-    APIs, served beside ingest's in the embedded mode.)"""
+    requests, finish the writer's queue, then disconnect. ``also``, ``also_grpc``: APIs of
+    another service to serve beside ingest's on the same ports, behind the same limits (what
+    ``memledger up`` composes: one port for users)."""
     service = await build(settings, endpoints)
     sock = http_server.bind(settings.http_host, settings.http_port, fallback=DEFAULT_HTTP_PORT,
                             setting="MEMLEDGER_HTTP_PORT")

@@ -1,6 +1,11 @@
 """Where a consumer whose read model is not in PostgreSQL (the vector index) has got to in the
 events stream, kept in PostgreSQL: on restart it resumes right after it, in order, instead of
-letting JetStream redeliver what a killed process held only after the messages that follow."""
+letting JetStream redeliver what a killed process held only after the messages that follow.
+
+Beside it, the log position the consumer has *written* up to (ahead of the durable one, which
+waits for a flush): what the read model's readers name as their basis and wait on for
+``min_position``. Every reader sees the same one, whichever process it runs in.
+"""
 
 from typing import Any
 
@@ -13,6 +18,8 @@ _TABLE = """
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.memledger_consumer_positions (
     durable text PRIMARY KEY, stream_seq bigint NOT NULL);
+ALTER TABLE {s}.memledger_consumer_positions
+    ADD COLUMN IF NOT EXISTS written_position bigint NOT NULL DEFAULT 0;
 """
 
 
@@ -26,20 +33,43 @@ class ConsumerPositions:
 
     def load(self, durable: str) -> int:
         """The last stream sequence written (0: none)."""
-        with self._pool.connection() as conn:
-            row = conn.execute(sql.SQL("SELECT stream_seq FROM {}.memledger_consumer_positions "
-                                       "WHERE durable = %s").format(self._s),
-                               (durable,)).fetchone()
-        return 0 if row is None else int(row[0])
+        return self._column("stream_seq", durable)
 
     def save(self, durable: str, stream_seq: int) -> None:
         with self._pool.connection() as conn:
             conn.execute(sql.SQL(
-                "INSERT INTO {}.memledger_consumer_positions VALUES (%s, %s) ON CONFLICT "
-                "(durable) DO UPDATE SET stream_seq = excluded.stream_seq").format(self._s),
-                (durable, stream_seq))
+                "INSERT INTO {}.memledger_consumer_positions (durable, stream_seq) "
+                "VALUES (%s, %s) ON CONFLICT (durable) DO UPDATE SET stream_seq = "
+                "excluded.stream_seq").format(self._s), (durable, stream_seq))
+
+    def written(self, durable: str) -> int:
+        """The log position every event up to which the consumer has written (0: none)."""
+        return self._column("written_position", durable)
+
+    def record_written(self, durable: str, position: int) -> None:
+        """Record that every event up to ``position`` is written; a lower position than the
+        one recorded changes nothing (a restart derives again what it had written)."""
+        with self._pool.connection() as conn:
+            conn.execute(sql.SQL(
+                "INSERT INTO {s}.memledger_consumer_positions (durable, stream_seq, "
+                "written_position) VALUES (%s, 0, %s) ON CONFLICT (durable) DO UPDATE SET "
+                "written_position = greatest({s}.memledger_consumer_positions.written_position,"
+                " excluded.written_position)").format(s=self._s), (durable, position))
+
+    def restart_written(self, durable: str) -> None:
+        """The read model starts again from nothing (its index was new or removed)."""
+        with self._pool.connection() as conn:
+            conn.execute(sql.SQL("UPDATE {}.memledger_consumer_positions SET written_position "
+                                 "= 0 WHERE durable = %s").format(self._s), (durable,))
 
     def forget(self, durable: str) -> None:
         with self._pool.connection() as conn:
             conn.execute(sql.SQL("DELETE FROM {}.memledger_consumer_positions WHERE durable = %s"
                                  ).format(self._s), (durable,))
+
+    def _column(self, column: str, durable: str) -> int:
+        with self._pool.connection() as conn:
+            row = conn.execute(sql.SQL("SELECT {} FROM {}.memledger_consumer_positions WHERE "
+                                       "durable = %s").format(sql.Identifier(column), self._s),
+                               (durable,)).fetchone()
+        return 0 if row is None else int(row[0])

@@ -16,7 +16,7 @@ every tenant (its one account has no tenant fence; the distributed mode's accoun
 OPERATOR = "operator"
 """``memledger status``: reads stream and consumer state, changes nothing."""
 
-SERVICES = ("ingest", "relay", "projector", "enricher", "lifecycle", "query")
+SERVICES = ("ingest", "relay", "projector", "vectors", "enricher", "lifecycle", "query")
 """The services, each of which connects as the user of its own name."""
 
 _PROJECTOR = "projector-postgres"
@@ -31,7 +31,8 @@ def embedded_users(subjects: Subjects) -> dict[str, NatsPermissions]:
 def service_permissions(subjects: Subjects) -> dict[str, NatsPermissions]:
     """The permissions of each service's user and of the operator's."""
     return {"ingest": _ingest(subjects), "relay": _relay(subjects),
-            "projector": _projector(subjects), "enricher": _enricher(subjects),
+            "projector": _projector(subjects), "vectors": _vectors(subjects),
+            "enricher": _enricher(subjects),
             "lifecycle": _lifecycle(subjects), "query": _query(subjects),
             OPERATOR: _operator(subjects)}
 
@@ -98,11 +99,16 @@ def _lifecycle(s: Subjects) -> NatsPermissions:
         *_commands(s, "lifecycle")))
 
 
-def _query(s: Subjects) -> NatsPermissions:
+def _vectors(s: Subjects) -> NatsPermissions:
+    # its durable is named for the embedding model (projector-vectors-<model>): any name
+    # but the PostgreSQL projector's
     return NatsPermissions((
         *_streams(s), *_consumer(s.events_stream, "*", "DELETE"),
-        f"{s.prefix}.dlq.vectors.>", *_commands(s, "query")),
-        publish_deny=_not_the_projectors(s))
+        f"{s.prefix}.dlq.vectors.>"), publish_deny=_not_the_projectors(s))
+
+
+def _query(s: Subjects) -> NatsPermissions:
+    return NatsPermissions((*_streams(s), *_commands(s, "query")))
 
 
 def _operator(s: Subjects) -> NatsPermissions:

@@ -9,10 +9,10 @@ import psycopg
 from memledger_platform import bus, deployment, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
-from memledger_projector import schema
-from memledger_projector.consumer import Projector
-from memledger_projector.store import tune
+from memledger_projector.core.store import tune
+from memledger_projector.entrypoints.consumer import Projector
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,2 @@
-"""The query service: reads the projections (or replays the events) over HTTP."""
+"""The query service: reads the read models and the vector index (or replays the events) over
+HTTP and gRPC; it keeps nothing of its own, so any number of replicas can serve."""

@@ -1,8 +1,10 @@
 """The composition root of the query service: PostgreSQL read models for plain and temporal
-reads; the vector index, its projector and the query embedder for search and context.
+reads; the vector index and the query embedder for search and context.
 
-The vector projector runs inside the query service (ADR 0006): in the embedded mode the index
-is Qdrant Edge, an in-process engine that one process owns, and search must read it there.
+Query keeps nothing of its own, so any number of query processes can serve: the vector index is
+read as the vectors service writes it (over the embedded index process's socket, or on a Qdrant
+server), and the position a search names and waits on is the one the vector projector records
+in PostgreSQL (``IndexProgress``).
 """
 
 import asyncio
@@ -15,34 +17,28 @@ import psycopg
 from fastapi import FastAPI
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher import embedders
-from memledger_enricher.embedding import Embedder
-from memledger_platform import bus, deployment, grpc_server, http_server, receipts, telemetry
+from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
+from memledger_platform.embedding import factory as embedders
+from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
+from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
-from memledger_platform.vectorindex.factory import index_slug, open_index
+from memledger_platform.vectorindex.factory import connect_index, projector_durable
 from memledger_platform.vectorindex.port import VectorIndex
-from memledger_projector import schema
-from memledger_projector.vector_consumer import DURABLE, VectorProjector
-from memledger_query import (
-    forming_http,
-    grpc_api,
-    lifecycle_http,
-    rerank,
-    retrieval_http,
-    when,
-)
-from memledger_query.http import create_app
-from memledger_query.reader import Reader
-from memledger_query.recorder import IntakeRecorder
-from memledger_query.semantic import Rerank
-from memledger_query.semantic_http import Semantic, add_routes
+from memledger_query.core import rerank, when
+from memledger_query.core.index_progress import IndexProgress, Progress
+from memledger_query.core.reader import Reader
+from memledger_query.core.recorder import IntakeRecorder
+from memledger_query.core.semantic import Rerank
+from memledger_query.entrypoints import forming_http, grpc_api, lifecycle_http, retrieval_http
+from memledger_query.entrypoints.http import create_app
+from memledger_query.entrypoints.semantic_http import Semantic, add_routes
 
 QUERY_PORT = 8421
 QUERY_GRPC_PORT = 8431
@@ -54,19 +50,18 @@ class QueryService:
     pool: ConnectionPool[psycopg.Connection[object]]
     store: PostgresEventStore
     index: VectorIndex
-    vectors: VectorProjector
     gate: OpenGate
     grpc: grpc_server.Register
     """Registers the query gRPC API on a server."""
     keyring_pool: ConnectionPool[Any] | None = None
     recorder: IntakeRecorder | None = None
-    """Records audited retrievals over the NATS connection ``project_vectors`` opens."""
+    """Records audited retrievals over the NATS connection ``record_retrievals`` opens."""
 
-    async def project_vectors(self, settings: Settings, nats_url: str, stop: asyncio.Event
-                              ) -> None:
-        """Keep the vector index fed from the events stream until ``stop`` is set; meanwhile
-        audited retrievals are sent to intake over the same connection (the service's one)."""
-        nc = await bus.connect(nats_url, "memledger-vectors")
+    async def record_retrievals(self, settings: Settings, nats_url: str, stop: asyncio.Event
+                                ) -> None:
+        """Send audited retrievals to intake until ``stop`` is set, over the service's one
+        NATS connection (an audited call meanwhile waits for its record)."""
+        nc = await bus.connect(nats_url, "memledger-query")
         intake: IntakeClient | None = None
         try:
             js = nc.jetstream()
@@ -77,7 +72,7 @@ class QueryService:
             await intake.start()
             if self.recorder is not None:
                 self.recorder.attach(intake)
-            await self.vectors.run(js, stop)
+            await stop.wait()
         finally:
             if self.recorder is not None:
                 self.recorder.attach(None)
@@ -95,8 +90,9 @@ class QueryService:
 
 
 def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
-          index: VectorIndex | None = None) -> QueryService:
-    """The query app over ``dsn`` (its pool opens here; ``close`` it)."""
+          index: VectorIndex | None = None, progress: Progress | None = None) -> QueryService:
+    """The query app over ``dsn`` (its pool opens here; ``close`` it). ``index`` and
+    ``progress``: the vector index and how far it has got, if not the vectors service's."""
     names = schema.Names(settings.postgres_schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.prepare(conn, names)
@@ -106,32 +102,22 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
                                                   pool_size=2))
     embedder = embedder or embedders.from_settings(settings)
-    index = index or open_index(settings, embedder.model_id, embedder.dims)
+    index = index or connect_index(settings, embedder.model_id, embedder.dims)
+    progress = progress or _index_progress(pool, names.base, embedder.model_id)
     keyring, keyring_pool = keyring_for(settings, dsn)
-
-    def erased(tenant: str, subject: str, position: int, points: int) -> None:
-        with pool.connection() as conn:
-            receipts.record(conn, names.base, tenant, subject, position, "vectors",
-                            {"points": points})
-
-    vectors = VectorProjector(settings.subjects, index, embedder.model_id,
-                              batch=settings.vector_batch,
-                              durable=f"{DURABLE}-{index_slug(embedder.model_id)}",
-                              opener=Opener(keyring), on_erased=erased,
-                              positions=ConsumerPositions(pool, names.base))
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
     app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
     recorder = IntakeRecorder()
     reranker = rerank.from_settings(settings)
-    semantic = Semantic(index, embedder, vectors, reader, recorder=recorder,
+    semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
                         embed_timeout=settings.query_embed_timeout_seconds,
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
     add_semantic_routes(app, reader, semantic)
     reads = grpc_server.principal_resolver(gate.gate, "read")
-    return QueryService(app, pool, store, index, vectors, gate,
+    return QueryService(app, pool, store, index, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
                         recorder)
 
@@ -155,6 +141,12 @@ def unconnected_app() -> FastAPI:
     return app
 
 
+def _index_progress(pool: ConnectionPool[Any], base: str, model_id: str) -> IndexProgress:
+    """The position the vector projector of ``model_id`` records as written."""
+    positions, durable = ConsumerPositions(pool, base), projector_durable(model_id)
+    return IndexProgress(lambda: positions.written(durable))
+
+
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,
                 on_ready: Callable[[str], None] | None = None) -> None:
     """The query service on its own ports, HTTP and gRPC (distributed mode)."""
@@ -167,7 +159,7 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     if on_ready is not None:
         on_ready(http_server.address(sock))
         on_ready(f"gRPC {grpc_address}")
-    vectors = asyncio.create_task(service.project_vectors(settings, nats_url, stop))
+    recording = asyncio.create_task(service.record_retrievals(settings, nats_url, stop))
     try:
         await http_server.serve(RequestLimits(
             service.app, max_body_bytes=settings.http_max_body_bytes,
@@ -175,7 +167,7 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     finally:
         stop.set()
         await rpc.stop(grpc_server.GRACE_SECONDS)
-        await vectors
+        await recording
         await asyncio.to_thread(service.close)
 
 

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import Stemmer
 
 from memledger_cli.bench.recall import rrf
-from memledger_enricher.embedding import Embedder
+from memledger_platform.embedding.embedder import Embedder
 
 DEPTH = 100
 """How far down each baseline ranks (enough for every metric reported)."""

@@ -22,8 +22,8 @@ import orjson
 
 from memledger_cli.bench import corpus
 from memledger_cli.bench.common import Scenario, Steps, measured
-from memledger_enricher.embedding import LocalMiniLmEmbedder
 from memledger_enricher.service import Enricher
+from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.settings import Settings
 from memledger_schemas.commands import CommandBase

@@ -26,9 +26,10 @@ from memledger_platform.crypto import Opener
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
+from memledger_platform.readmodel import schema
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import Settings
-from memledger_projector import rebuild, schema
-from memledger_projector.store import read_checkpoint
+from memledger_projector.core import rebuild
 
 SPACE = "bench"
 BASE = datetime(2020, 1, 1, tzinfo=UTC)

@@ -142,7 +142,7 @@ def _scores(talks: list[locomo.Conversation], rankings: list[list[str]]
 def _baselines(talks: list[locomo.Conversation]) -> dict[str, list[list[str]]]:
     """Each baseline's rankings, question by question in the order they were asked (each
     conversation its own corpus)."""
-    from memledger_enricher.embedding import LocalMiniLmEmbedder
+    from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 
     embedder = LocalMiniLmEmbedder()
     found: dict[str, list[list[str]]] = {}

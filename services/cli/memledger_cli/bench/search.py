@@ -51,9 +51,9 @@ from memledger_cli.bench.settle import (
     wait_indexed,
     wait_quiet,
 )
-from memledger_enricher.embedding import LocalMiniLmEmbedder
 from memledger_enricher.plan import Source, commands_for
 from memledger_platform import bus
+from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from memledger_cli.bench import corpus
 from memledger_cli.bench.common import percentile
+from memledger_platform.readmodel.temporal import Version, attrs_of
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
-from memledger_projector.temporal import Version, attrs_of
-from memledger_projector.vectors import point_of
-from memledger_query.ranking import MODES, Recipe
-from memledger_query.semantic import Layer, search
+from memledger_query.core.ranking import MODES, Recipe
+from memledger_query.core.semantic import Layer, search
+from memledger_vectors.fold import point_of
 
 if TYPE_CHECKING:
     from memledger_cli.bench.search import Corpus

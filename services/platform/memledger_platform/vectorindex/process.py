@@ -1,120 +1,79 @@
-"""``VectorIndex`` on Qdrant Edge in a process of its own, so the engine's pauses stay there.
+"""``VectorIndex`` on Qdrant Edge in a process of its own, serving the shard over a socket.
 
 Every Edge call holds the GIL, and ``optimize`` (an HNSW build) holds it for as long as it
-runs: 11 s for 20,000 fresh points on 2 cores. In the API process that froze ingest, every
-read and the change feed meanwhile (ADR 0006). Here the shard lives in a child process; this
-process only waits on a pipe (without the GIL), so a build holds up nothing but the calls to
-the index itself, and its CPU is no longer the API process's.
+runs: 11 s for 20,000 fresh points on 2 cores. In an API process that froze every request
+meanwhile (ADR 0006). Here the shard lives in a process of its own, which its owner (the vectors
+service) starts; callers only wait on a socket (without the GIL), so a build holds up nothing
+but the calls to the index itself. Several processes reach it at once: its owner, which writes,
+and any number of readers (``remote.SocketVectorIndex``: the query processes).
 
-Protocol, pickled over the child's stdin and stdout: the child first answers ``("ok",
-None)`` once the shard is open (or ``("error", exception)``); then each call ``(method,
-args)`` is answered by ``("ok", result)`` or ``("error", exception)``. Calls are taken one at
-a time (the engine runs one at a time anyway). The child closes the shard (flushing it) and
-exits when its stdin ends, when asked to ``close``, on SIGTERM, and when this process dies.
+The index process opens the shard, serves it on a Unix socket in the data directory (``wire``:
+its owner's only), then answers ``("ok", None)`` on its stdout (or ``("error", exception)``
+if the shard could not be opened). Its stdin is its owner's lifeline: the process closes the
+shard (flushing it) and exits when its stdin ends, on SIGTERM, and when its owner dies. Calls
+are answered one at a time, whichever connection they come on (the engine runs one at a time
+anyway).
 """
 
 import contextlib
 import logging
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from memledger_platform.vectorindex.port import (
-    Hit,
-    IndexedPoint,
-    IndexReopened,
-    IndexUnavailable,
-    Scope,
-    SparseVector,
-    VectorIndex,
-)
+from memledger_platform.vectorindex import wire
+from memledger_platform.vectorindex.port import IndexReopened, IndexUnavailable, VectorIndex
+from memledger_platform.vectorindex.remote import ForwardedVectorIndex
 
 log = logging.getLogger(__name__)
 
 RESTART_SECONDS = 5.0
 _READS = frozenset({"search", "search_sparse", "vectors"})
 """Calls that may follow a restart without ``IndexReopened``: they write nothing."""
-_CALLS = frozenset({"upsert", "delete", "search", "search_sparse", "vectors", "points",
-                    "session_messages", "delete_subject", "count", "flush", "optimize"})
 
 
 class VectorProcessEnded(IndexUnavailable):
     """The index's process is gone (it crashed, was killed, or the index was closed)."""
 
 
-class ProcessVectorIndex(VectorIndex):
-    """A Qdrant Edge shard at ``path`` (``dims`` dimensions) served by a child process.
-    Opening waits until the shard is open, and raises what stopped it if it could not be.
+class ProcessVectorIndex(ForwardedVectorIndex):
+    """A Qdrant Edge shard at ``path`` (``dims`` dimensions) served by a child process at
+    ``address`` (default: ``<path>.sock`` beside the shard). Opening waits until the shard is
+    open and served, and raises what stopped it if it could not be.
 
-    A call after the process died starts it again (the shard reopens from its files): a
-    search is answered, and the next call of a writer raises ``IndexReopened`` once, since
-    what was written after the last flush may be gone."""
+    A call after the process died starts it again (the shard reopens from its files), as does
+    ``ensure_running``: a search is answered, and the next call of a writer raises
+    ``IndexReopened`` once, since what was written after the last flush may be gone."""
 
-    def __init__(self, path: Path, dims: int, *, log_level: str = "info",
-                 log_format: str = "auto") -> None:
+    def __init__(self, path: Path, dims: int, *, address: Path | None = None,
+                 log_level: str = "info", log_format: str = "auto") -> None:
+        self.address = address or path.with_name(path.name + ".sock")
         self._argv = [sys.executable, "-m", __name__, str(path), str(dims), log_level,
-                      log_format]
+                      log_format, str(self.address)]
         self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
         self._closed = False
         self._reopened = False
         self._start()
 
-    def upsert(self, points: Sequence[IndexedPoint]) -> None:
-        if points:
-            self._call("upsert", list(points))
-
-    def delete(self, point_ids: Sequence[str]) -> None:
-        if point_ids:
-            self._call("delete", list(point_ids))
-
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search", list(vector), scope, k)
-        return found
-
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search_sparse", query, scope, k)
-        return found
-
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
-        if not point_ids:
-            return {}
-        found: dict[str, list[float]] = self._call("vectors", list(point_ids))
-        return found
-
-    def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
-        found: list[IndexedPoint] = self._call("points", tenant, item_id)
-        return found
-
-    def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
-        found: list[IndexedPoint] = self._call("session_messages", tenant, session, before)
-        return found
-
-    def delete_subject(self, tenant: str, subject_id: str) -> int:
-        return int(self._call("delete_subject", tenant, subject_id))
-
-    def count(self) -> int:
-        return int(self._call("count"))
-
-    def flush(self) -> None:
-        self._call("flush")
-
-    def optimize(self) -> None:
-        self._call("optimize")
+    def ensure_running(self) -> None:
+        """Start the process again if it died (at most once per ``RESTART_SECONDS``), so that
+        readers find it served although this owner makes no call."""
+        with self._lock:
+            if not self._closed and self._process.poll() is not None:
+                self._restart()
 
     def close(self) -> None:
         """Close the shard (flushing it) and wait for the process to exit; closing twice, or
         after the process died, is harmless."""
         with self._lock:
             self._closed = True
-            if not self._broken:
-                with contextlib.suppress(VectorProcessEnded):
-                    self._exchange(("close", ()))
             self._end()
 
     def _start(self) -> None:
@@ -125,22 +84,30 @@ class ProcessVectorIndex(VectorIndex):
             self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
         self._started = time.monotonic()
-        self._broken = False
         try:
-            self._exchange(None)  # the shard is open
+            assert self._process.stdout is not None
+            kind, value = _read(self._process.stdout)  # the shard is open and served
+        except (EOFError, OSError) as error:
+            self._end()
+            raise self._ended() from error
         except BaseException:
             self._end()
             raise
+        if kind == "error":
+            self._end()
+            raise value
 
     def _call(self, method: str, *args: Any) -> Any:
         with self._lock:
-            if self._broken and not self._closed:
+            if self._closed:
+                raise VectorProcessEnded("the vector index was closed")
+            if self._process.poll() is not None:
                 self._restart()
             if self._reopened and method not in _READS:
                 self._reopened = False
                 raise IndexReopened("the vector index process was restarted: writes since "
                                     "the last flush may be lost")
-            return self._exchange((method, args))
+            return self._exchange(method, args)
 
     def _restart(self) -> None:
         """Start the process again after it died, at most once per ``RESTART_SECONDS`` (a
@@ -149,29 +116,24 @@ class ProcessVectorIndex(VectorIndex):
             raise self._ended()
         log.warning("the vector index process ended (exit code %s): starting it again",
                     self._process.poll())
-        self._end()  # one left half-way in a call, alive, lets go of the shard first
+        self._end()
         self._start()
         self._reopened = True
 
-    def _exchange(self, request: tuple[str, tuple[Any, ...]] | None) -> Any:
-        """Send ``request`` (``None``: only read the answer to opening) and return its answer;
-        with the lock held. A pipe left half-way (the process died, or this thread was
-        interrupted) is never read again: the next answer could be this one's."""
-        if self._broken:
-            raise self._ended()
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None
-        assert stdout is not None
+    def _exchange(self, method: str, args: tuple[Any, ...]) -> Any:
+        """One call; with the lock held. A connection left half-way (the process died, or this
+        thread was interrupted) is never read again: its next answer could be this call's.
+        The next call gets a new one (from a new process if this one is gone)."""
         try:
-            if request is not None:
-                pickle.dump(request, stdin, pickle.HIGHEST_PROTOCOL)
-                stdin.flush()
-            kind, value = _read(stdout)
+            if self._sock is None:
+                self._sock = wire.connect(self.address)
+            wire.send(self._sock, (method, args))
+            kind, value = wire.receive(self._sock)
         except (EOFError, OSError) as error:
-            self._broken = True
+            self._drop()
             raise self._ended() from error
         except BaseException:
-            self._broken = True
+            self._drop()
             raise
         if kind == "error":
             raise value
@@ -179,16 +141,22 @@ class ProcessVectorIndex(VectorIndex):
 
     def _ended(self) -> VectorProcessEnded:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=1)  # a pipe ends just before its process
+            self._process.wait(timeout=1)  # a connection ends just before its process
         code = self._process.poll()
         return VectorProcessEnded("the vector index process has ended" + (
             f" (exit code {code})" if code is not None else ""))
 
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
     def _end(self) -> None:
-        self._broken = True
+        """Stop the process: its stdin ends, so it closes the shard (after the call under way)
+        and exits."""
+        self._drop()
         for stream in (self._process.stdin, self._process.stdout):
             if stream is not None:
-                # a request still buffered for a process that is gone cannot be flushed
                 with contextlib.suppress(OSError):
                     stream.close()
         try:
@@ -199,29 +167,52 @@ class ProcessVectorIndex(VectorIndex):
             self._process.wait()
 
 
-# --- the child ---------------------------------------------------------------------------
+# --- the index process -----------------------------------------------------------------------
 
 
-def _serve(index: VectorIndex, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """Answer calls until the parent closes the pipe or asks to ``close``."""
-    while True:
-        try:
-            method, args = _read(requests)
-        except EOFError:
-            return
-        if method == "close":
-            index.close()
-            _answer(answers, "ok", None)
-            return
-        if method not in _CALLS:
-            _answer(answers, "error", ValueError(f"not a vector index call: {method!r}"))
-            continue
-        try:
-            result = getattr(index, method)(*args)
-        except Exception as error:  # the caller's error, raised in the caller
-            _answer(answers, "error", error)
-        else:
-            _answer(answers, "ok", result)
+class _Server:
+    """Answers calls on every connection, one call at a time, until stopped."""
+
+    def __init__(self, index: VectorIndex, listener: socket.socket) -> None:
+        self._index = index
+        self._listener = listener
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # the listener was closed: stopping
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="index-connection",
+                             daemon=True).start()
+
+    def stop(self) -> None:
+        """Take no more calls (the one under way ends first)."""
+        with self._lock:
+            self._stopped = True
+            self._listener.close()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    method, args = wire.receive(conn)
+                    wire.send(conn, self._answer(method, args))
+                except (EOFError, OSError):
+                    return
+
+    def _answer(self, method: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+        if method not in wire.CALLS:
+            return "error", ValueError(f"not a vector index call: {method!r}")
+        with self._lock:
+            if self._stopped:
+                return "error", VectorProcessEnded("the vector index process is stopping")
+            try:
+                return "ok", getattr(self._index, method)(*args)
+            except Exception as error:  # the caller's error, raised in the caller
+                return "error", error
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
@@ -234,7 +225,7 @@ def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
 
 
 def _read(stream: IO[bytes]) -> Any:
-    # Only ever the pipe between an index and the process it started.
+    # Only ever the pipe between an index and the process that started it.
     return pickle.load(stream)  # noqa: S301
 
 
@@ -246,12 +237,12 @@ def main(argv: list[str]) -> int:
     from memledger_platform import logs
     from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 
-    path, dims, level, fmt = argv
-    requests, answers = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # nothing but answers may reach the pipe
-    # Ctrl-C reaches the whole terminal group: the parent decides when this process stops.
+    path, dims, level, fmt, address = argv
+    lifeline, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but the answer to opening may reach the pipe
+    # Ctrl-C reaches the whole terminal group: the owner decides when this process stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _stop)  # the parent died: close the shard, then exit
+    signal.signal(signal.SIGTERM, _stop)  # the owner died: close the shard, then exit
     logs.configure(level, "json" if fmt == "json" else "console" if fmt == "console" else "auto")
     try:
         index = QdrantEdgeVectorIndex(Path(path), int(dims))
@@ -259,10 +250,20 @@ def main(argv: list[str]) -> int:
         _answer(answers, "error", error)
         return 1
     try:
-        _answer(answers, "ok", None)
-        _serve(index, requests, answers)
-    finally:
+        server = _Server(index, wire.listen(Path(address)))
+    except Exception as error:
         index.close()
+        _answer(answers, "error", error)
+        return 1
+    try:
+        threading.Thread(target=server.accept, name="index-listener", daemon=True).start()
+        _answer(answers, "ok", None)
+        while lifeline.read(1):  # until the owner closes it (or dies)
+            pass
+    finally:
+        server.stop()
+        index.close()
+        Path(address).unlink(missing_ok=True)
     return 0
 
 

@@ -1,0 +1,1 @@
+"""The HTTP API's request and answer models: what query answers and the client reads."""

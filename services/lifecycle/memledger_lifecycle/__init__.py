@@ -1,0 +1,2 @@
+"""The lifecycle service: space policies, decay and consolidation, decided from the events and
+sent to ingest as commands."""

@@ -1,0 +1,175 @@
+"""The lifecycle scheduler: folds the events stream (``fold``) and, once caught
+up, every ``lifecycle_interval_seconds`` sends ingest what the space policies decide at that
+moment (``archive_memory`` with the policy version and reason) and what consolidation found
+(``merge_memories`` or ``suggest_merge``), the themes of the spaces that ask for them
+(``record_theme``) and the importance learned from signals (``learn_importance``:
+``forming_fold``), each under a deterministic idempotency key.
+
+It is a client of ingest like the enricher (only ingest writes the event store).
+Its state is rebuilt by folding the stream from the start at every start (a fresh consumer),
+so it keeps nothing of its own: a restart decides what the log and the clock say.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import orjson
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from memledger_lifecycle import forming_fold
+from memledger_lifecycle.fold import (
+    EVENT_TYPES,
+    Archive,
+    Consolidation,
+    LifecycleFold,
+)
+from memledger_lifecycle.forming_fold import FormingFold
+from memledger_platform import bus
+from memledger_platform.clock import Clock, SystemClock
+from memledger_platform.crypto import Opener
+from memledger_platform.intake_client import IntakeClient
+from memledger_platform.readmodel.projection import event_from
+from memledger_schemas import commands as c
+from memledger_schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+DURABLE = "lifecycle"
+ACTOR = "memledger:lifecycle"
+_BATCH = 500
+_SEND = 100
+"""Commands per intake round trip."""
+
+
+@dataclass
+class Tally:
+    archived: int = 0
+    merged: int = 0
+    suggested: int = 0
+    themes: int = 0
+    learned: int = 0
+    refused: int = 0
+    ticks: int = 0
+
+
+class Scheduler:
+    def __init__(self, js: JetStreamContext, subjects: Subjects, intake: IntakeClient, *,
+                 interval_seconds: float, clock: Clock | None = None,
+                 opener: Opener | None = None) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._intake = intake
+        self._interval = interval_seconds
+        self._clock = clock or SystemClock()
+        self._open = opener or Opener(None)
+        self.fold = LifecycleFold()
+        self.forming = FormingFold()
+        self.caught_up = False
+        self.tally = Tally()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        sub = await self._subscribe()
+        next_tick = 0.0
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            msgs = await bus.fetch_ready(sub, _BATCH, wait=0.5)
+            self._fold(msgs)
+            if self.caught_up and loop.time() >= next_tick:
+                await self.tick()
+                next_tick = loop.time() + self._interval
+
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        # A fresh consumer from the first event at every start: the fold lives in memory.
+        stream = self._subjects.events_stream
+        with contextlib.suppress(NotFoundError):
+            await self._js.delete_consumer(stream, DURABLE)
+        read = dict.fromkeys((*EVENT_TYPES, *forming_fold.EVENT_TYPES))
+        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in read]
+        return await self._js.pull_subscribe(
+            self._subjects.all_events, durable=DURABLE, stream=stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
+                                  filter_subjects=filters))
+
+    def _fold(self, msgs: Sequence[Msg]) -> None:
+        for msg in msgs:
+            document = self._open(orjson.loads(msg.data))
+            event = event_from(document)
+            if event.event_type in EVENT_TYPES:
+                self.fold.apply(event, document.get("subject_id"))
+            self.forming.apply(event, document.get("subject_id"))
+        # Decide only on the whole log: a policy or a hold further on must not be missed.
+        if msgs:
+            self.caught_up = msgs[-1].metadata.num_pending == 0
+        else:
+            self.caught_up = True
+
+    async def tick(self) -> None:
+        """Send what the fold decides now (the same command again is answered, not
+        written again)."""
+        self.tally.ticks += 1
+        commands: dict[str, list[c.CommandBase]] = {}
+        for archive in self.fold.archives(self._clock.now()):
+            commands.setdefault(archive.tenant, []).append(_archive(archive))
+        for found in self.fold.take_consolidations():
+            commands.setdefault(found.tenant, []).append(_consolidation(found))
+        # Themes and importance are what the fold holds now: decided after the archives.
+        for tenant, command in [*self.forming.themes(self.fold),
+                                *self.forming.importance(self.fold)]:
+            commands.setdefault(tenant, []).append(command)
+        for tenant, batch in commands.items():
+            for start in range(0, len(batch), _SEND):
+                await self._send(tenant, batch[start:start + _SEND])
+
+    async def _send(self, tenant: str, batch: list[c.CommandBase]) -> None:
+        try:
+            results = await self._intake.send(tenant, batch)
+        except TimeoutError:
+            log.warning("ingest did not answer %d lifecycle commands; the next tick sends "
+                        "them again", len(batch))
+            return
+        for command, result in zip(batch, results, strict=True):
+            if "error" in result:
+                self.tally.refused += 1
+                log.info("lifecycle command refused: %s", result["error"].get("message"))
+            elif not result.get("duplicate"):
+                self._count(command)
+
+    def _count(self, command: c.CommandBase) -> None:
+        match command:
+            case c.ArchiveMemory():
+                self.tally.archived += 1
+            case c.MergeMemories():
+                self.tally.merged += 1
+            case c.SuggestMerge():
+                self.tally.suggested += 1
+            case c.RecordTheme():
+                self.tally.themes += 1
+            case c.LearnImportance():
+                self.tally.learned += 1
+
+
+def _archive(a: Archive) -> c.ArchiveMemory:
+    return c.ArchiveMemory(space_id=a.space, item_id=UUID(a.item_id), reason=a.reason,
+                           policy_version=a.policy_version, idempotency_key=a.idempotency_key,
+                           actor=ACTOR)
+
+
+def _consolidation(found: Consolidation) -> c.CommandBase:
+    if found.action == "merge":
+        return c.MergeMemories(
+            space_id=found.space, item_id=UUID(found.survivor),
+            merged_item_ids=(UUID(found.duplicate),), similarity=found.similarity,
+            reason=f"near-duplicate (cosine {found.similarity:.3f}, policy "
+                   f"v{found.policy_version})", idempotency_key=found.idempotency_key,
+            actor=ACTOR)
+    return c.SuggestMerge(space_id=found.space, item_id=UUID(found.duplicate),
+                          similar_to=UUID(found.survivor), similarity=found.similarity,
+                          policy_version=found.policy_version,
+                          idempotency_key=found.idempotency_key, actor=ACTOR)

@@ -1,0 +1,1 @@
+"""How events reach the projector: the JetStream consumer."""

@@ -1,0 +1,1 @@
+"""How reads reach query: the HTTP routes, gRPC and the operator console."""

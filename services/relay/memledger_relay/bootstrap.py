@@ -1,0 +1,114 @@
+"""The composition root of the relay, the single publisher of the events stream.
+
+It runs as its own process (``memledger relay``; ``memledger up`` supervises it as a child), so
+that publishing uses a core of its own rather than the ingest process's interpreter. It wakes on
+the NOTIFY that every event-store commit sends, and polls as a fallback (a lost notification,
+or a listener reconnecting, delays an event by at most ``MEMLEDGER_RELAY_POLL_SECONDS``).
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+from memledger_platform import bus, deployment, telemetry
+from memledger_platform.endpoints import Endpoints, endpoints_from
+from memledger_platform.eventstore.postgres import (
+    EVENTS_TABLE,
+    PostgresEventStore,
+    datastore_from_dsn,
+)
+from memledger_platform.settings import Settings
+from memledger_platform.stream_cursor import Cursor
+from memledger_relay.relay import Relay
+from memledger_relay.relay_lease import RelayLease
+
+log = logging.getLogger(__name__)
+
+
+async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event) -> None:
+    """Relay until ``stop`` is set, then publish what is committed and disconnect."""
+    store = PostgresEventStore(datastore_from_dsn(
+        endpoints.postgres_dsn, schema=settings.postgres_schema, pool_size=2))
+    await asyncio.to_thread(store.create_tables)
+    nc = await bus.connect(endpoints.nats_url, "memledger-relay")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+    relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
+                  poll_seconds=settings.relay_poll_seconds)
+    telemetry.observe("memledger.relay.lag", "events committed but not yet published",
+                      lambda: max(0, store.max_position() - relay.cursor.position))
+    listener = asyncio.create_task(
+        listen_for_commits(endpoints.postgres_dsn, EVENTS_TABLE, lambda: relay.notify(0)))
+    lease = RelayLease(endpoints.postgres_dsn, settings.postgres_schema,
+                       settings.subjects.events_stream)
+    try:
+        while await lease.acquire(stop):
+            log.info("relay publishing %s to %s", EVENTS_TABLE, settings.subjects.events_stream)
+            relay.cursor = Cursor()  # where the stream stands, read again after any standby
+            await relay.run(await _while_held(lease, stop))
+            if stop.is_set():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(_drain(relay), 10.0)
+                break
+            log.warning("relay lost its lease on %s (its PostgreSQL session ended); "
+                        "taking it again", settings.subjects.events_stream)
+    finally:
+        await lease.release()
+        listener.cancel()
+        await nc.flush()
+        await nc.close()
+        await asyncio.to_thread(store.close)
+
+
+async def run(settings: Settings) -> None:
+    """Distributed-mode entry: the relay alone against external PostgreSQL and NATS."""
+    from memledger_platform.lifecycle import run_until_signalled
+
+    endpoints = endpoints_from(settings)
+    telemetry.configure(settings, "memledger-relay")
+    await deployment.check(settings, endpoints.postgres_dsn, endpoints.nats_url)
+    await run_until_signalled(lambda stop: serve(settings, endpoints, stop),
+                              grace_seconds=settings.stop_grace_seconds)
+
+
+async def listen_for_commits(dsn: str, channel: str, on_commit: Callable[[], None]) -> None:
+    """Call ``on_commit`` for every NOTIFY on ``channel``; reconnect forever (until
+    cancelled) after any connection failure."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                on_commit()  # whatever was committed while we were not listening
+                async for _ in conn.notifies():
+                    on_commit()
+        except psycopg.Error as error:
+            log.warning("commit listener reconnecting (polling meanwhile): %s", error)
+            await asyncio.sleep(1.0)
+
+
+async def _while_held(lease: RelayLease, stop: asyncio.Event) -> asyncio.Event:
+    """An event set when ``stop`` is, or when the lease is lost (checked every second)."""
+    turn_over = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set() and await lease.held():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), LEASE_CHECK_SECONDS)
+        turn_over.set()
+
+    _watchers.add(task := asyncio.create_task(watch()))
+    task.add_done_callback(_watchers.discard)
+    return turn_over
+
+
+LEASE_CHECK_SECONDS = 1.0
+_watchers: set["asyncio.Task[None]"] = set()
+
+
+async def _drain(relay: Relay) -> None:
+    while await relay.relay_once():
+        pass

@@ -1,0 +1,110 @@
+"""The composition root of the vectors service (``memledger vectors``): the vector projector,
+the one writer of the vector index of the configured embedding model.
+
+In the embedded mode it owns the index: it starts the index process, which serves the shard
+on a socket in the data directory to every query process as well (ADR 0006). In the
+distributed mode the index is a Qdrant server. Either way it records the position it has
+written in PostgreSQL after every batch, which query names as its search basis and waits on.
+Run exactly one per index: a second one finds the shard locked (embedded) or splits the events
+between the two (distributed).
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from memledger_platform import bus, deployment, receipts, telemetry
+from memledger_platform.consumer_positions import ConsumerPositions
+from memledger_platform.crypto import Opener
+from memledger_platform.embedding.factory import model_of
+from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.readmodel import schema
+from memledger_platform.settings import Settings
+from memledger_platform.vectorindex.factory import open_index, projector_durable
+from memledger_platform.vectorindex.port import IndexUnavailable, VectorIndex
+from memledger_platform.vectorindex.process import ProcessVectorIndex
+from memledger_vectors.consumer import VectorProjector
+
+log = logging.getLogger(__name__)
+
+KEEPER_SECONDS = 1.0
+"""How often the index process is looked at while the projector is idle (it is started again
+no sooner than ``process.RESTART_SECONDS`` after its last start)."""
+
+
+async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
+    """Project into the index until ``stop`` is set, then flush it and let it go."""
+    model = model_of(settings)
+    pool = await asyncio.to_thread(_prepared_pool, dsn, settings.postgres_schema)
+    index: VectorIndex | None = None
+    keyring_pool: ConnectionPool[Any] | None = None
+    nc = None
+    try:
+        positions = await asyncio.to_thread(ConsumerPositions, pool, settings.postgres_schema)
+        keyring, keyring_pool = await asyncio.to_thread(keyring_for, settings, dsn)
+        index = await asyncio.to_thread(open_index, settings, model.model_id, model.dims)
+        projector = VectorProjector(
+            settings.subjects, index, model.model_id, batch=settings.vector_batch,
+            durable=projector_durable(model.model_id), opener=Opener(keyring),
+            on_erased=_receipts(pool, settings.postgres_schema), positions=positions)
+        nc = await bus.connect(nats_url, "memledger-vectors")
+        js = nc.jetstream()
+        await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
+        log.info("projecting %s into the vector index of %s", settings.subjects.events_stream,
+                 model.model_id)
+        await asyncio.gather(projector.run(js, stop), _keep_serving(index, stop))
+    finally:
+        if nc is not None:
+            await nc.close()
+        if index is not None:
+            await asyncio.to_thread(index.close)
+        if keyring_pool is not None:
+            await asyncio.to_thread(keyring_pool.close)
+        await asyncio.to_thread(pool.close)
+
+
+def _prepared_pool(dsn: str, base: str) -> ConnectionPool[Any]:
+    """A small pool, once the receipts table (where erasures are acknowledged) exists."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema.prepare(conn, schema.Names(base))
+    return ConnectionPool(dsn, min_size=1, max_size=2, open=True, kwargs={"autocommit": True})
+
+
+def _receipts(pool: ConnectionPool[Any], base: str) -> Callable[[str, str, int, int], None]:
+    """Records the vector index's part of an erasure receipt."""
+    def erased(tenant: str, subject: str, position: int, points: int) -> None:
+        with pool.connection() as conn:
+            receipts.record(conn, base, tenant, subject, position, "vectors",
+                            {"points": points})
+
+    return erased
+
+
+async def _keep_serving(index: VectorIndex, stop: asyncio.Event) -> None:
+    """Start the index process again if it dies while the projector is idle: query processes
+    read it although the projector makes no call."""
+    if not isinstance(index, ProcessVectorIndex):
+        return
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), KEEPER_SECONDS)
+        with contextlib.suppress(IndexUnavailable):
+            await asyncio.to_thread(index.ensure_running)
+
+
+async def run(settings: Settings) -> None:
+    """Distributed-mode entry: the vectors service alone against external PostgreSQL and NATS."""
+    from memledger_platform.lifecycle import run_until_signalled
+
+    if not settings.postgres_dsn or not settings.nats_url:
+        raise ValueError("set MEMLEDGER_POSTGRES_DSN and MEMLEDGER_NATS_URL")
+    dsn, url = settings.postgres_dsn, settings.nats_url
+    telemetry.configure(settings, "memledger-vectors")
+    await deployment.check(settings, dsn, url)
+    await run_until_signalled(lambda stop: serve(settings, dsn, url, stop),
+                              grace_seconds=settings.stop_grace_seconds)

@@ -1,0 +1,82 @@
+"""How far the vector index has got, as query reads it: the position the vector projector
+records in PostgreSQL, shared by every query process. Read at most every REFRESH_SECONDS for a
+search, polled while requests wait, one lookup for all of them, and never going back."""
+
+import asyncio
+
+import pytest
+
+from memledger_query.core import index_progress
+from memledger_query.core.index_progress import IndexProgress
+from tests.support import eventually
+
+
+class Recorded:
+    """The recorded position, and how often it was read."""
+
+    def __init__(self, position: int = 0) -> None:
+        self.position = position
+        self.reads = 0
+
+    def read(self) -> int:
+        self.reads += 1
+        return self.position
+
+
+async def test_a_search_names_the_recorded_position_read_again_only_once_it_is_old(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 3600.0)
+    recorded = Recorded(12)
+    progress = IndexProgress(recorded.read)
+    assert await progress.reached() == 12
+    recorded.position = 15
+    assert await progress.reached() == 12  # fresh enough: not read again
+    assert recorded.reads == 1
+    monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    assert await progress.reached() == 15
+
+
+async def test_the_position_never_goes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    recorded = Recorded(20)
+    progress = IndexProgress(recorded.read)
+    assert await progress.reached() == 20
+    recorded.position = 5  # a restarted projector deriving again what it had written
+    assert await progress.reached() == 20
+
+
+async def test_a_wait_ends_once_the_position_is_recorded_and_times_out_otherwise() -> None:
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read)
+    assert not await progress.wait_for(8, 0.05)
+    waiting = asyncio.create_task(progress.wait_for(8, 30.0))
+    await eventually(lambda: _polled(recorded, 3), interval=0.001)
+    assert not waiting.done()
+    recorded.position = 8
+    assert await waiting
+    assert await progress.reached() == 8
+
+
+async def test_requests_waiting_at_once_share_each_lookup() -> None:
+    recorded = Recorded(0)
+    progress = IndexProgress(recorded.read)
+    waiters = [asyncio.create_task(progress.wait_for(50, 30.0)) for _ in range(40)]
+    await eventually(lambda: _polled(recorded, 3), interval=0.001)
+    polls = recorded.reads
+    recorded.position = 50
+    assert all(await asyncio.gather(*waiters))
+    # forty waiters that each polled: one lookup for all of them each time
+    assert polls < 40
+
+
+async def _polled(recorded: Recorded, times: int) -> None:
+    assert recorded.reads >= times
+
+
+async def test_a_position_already_recorded_answers_at_once_even_with_no_time_to_wait() -> None:
+    """``wait_ms: 0`` asks "is it there now?": the recorded position is read before the
+    deadline counts."""
+    recorded = Recorded(7)
+    progress = IndexProgress(recorded.read)
+    assert await progress.wait_for(7, 0)
+    assert not await progress.wait_for(8, 0)
