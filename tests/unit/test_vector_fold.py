@@ -477,3 +477,11 @@ def test_any_redelivered_suffix_of_any_history_leaves_exactly_the_same_points(
         projected = Projected(projected.index)
     projected.apply(*documents[again:])
     assert projected.snapshot(ITEMS) == project(*documents).snapshot(ITEMS)
+
+
+def test_an_embedding_whose_subject_was_erased_before_it_was_folded_is_left_out() -> None:
+    """Behind a backlog, the embedding of an item whose subject has since been erased is read
+    with its sealed vector gone (``None``): nothing to add; the erasure drops the points."""
+    erased = embedded(2, 1, ACME)
+    erased["payload"]["vector"] = None
+    assert [p.vector for p in project(ASSERTED, erased).points()] == [None]

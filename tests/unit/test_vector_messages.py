@@ -244,3 +244,9 @@ def test_after_a_restart_the_turns_before_are_read_back_from_the_index() -> None
         appended(5, THIRD, content="Big step"))
     assert restarted.point(THIRD).sparse == whole.point(THIRD).sparse
     assert keyword_hits(restarted, "research") == sorted([HELLO, REPLY, THIRD])
+
+
+def test_an_embedding_whose_subject_was_erased_before_it_was_folded_is_left_out() -> None:
+    erased = embedded(4)
+    erased["payload"]["vector"] = None
+    assert Projected().apply(appended(3), erased).point().vector is None

@@ -122,6 +122,10 @@ class IndexWriter(Handling):
         self.written = 0
 
     async def wait_for(self, position: int, seconds: float) -> bool:
+        """Whether the index reaches ``position`` within ``seconds`` (with none to wait: whether
+        it is there now)."""
+        if self.written >= position:  # asyncio.wait_for with 0 s times out before looking
+            return True
         async with self._advanced:
             try:
                 await asyncio.wait_for(self._advanced.wait_for(

@@ -182,7 +182,8 @@ class VectorFold:
         return False
 
     def _embedded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
-        if not self._comparable(e.payload["model"]):
+        # a vector read as None: its subject was erased since (the erasure drops the points)
+        if e.payload["vector"] is None or not self._comparable(e.payload["model"]):
             return
         version = int(e.payload["item_version"])
         item.vectors[version] = array("f", e.payload["vector"])

@@ -81,7 +81,7 @@ class MessageFold:
             # (not one removed since the last write: the index still holds it until then)
             found = self._load(*key)
             point = found[0] if found else None
-        if point is not None:
+        if point is not None and e.payload["vector"] is not None:  # None: subject erased
             self._keep(key, replace(point, vector=list(e.payload["vector"])))
 
     def forget_subject(self, tenant: str, subject_id: str) -> None:
