@@ -29,13 +29,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memledger_platform.readmodel.projection import Event, layer_of
+from memledger_platform.events import Event
+from memledger_platform.readmodel.projection import layer_of
+from memledger_schemas.event_types import EventType
 
 EVENT_TYPES = (
-    "space.policy_set", "session.started", "session.ended", "conversation.message_appended",
-    "memory.asserted", "memory.revised", "memory.reaffirmed", "memory.retracted",
-    "memory.superseded", "memory.archived", "memory.promoted", "memory.merged",
-    "memory.embedded", "subject.erased")
+    EventType.SPACE_POLICY_SET, EventType.SESSION_STARTED, EventType.SESSION_ENDED,
+    EventType.MESSAGE_APPENDED, EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED,
+    EventType.MEMORY_REAFFIRMED, EventType.MEMORY_RETRACTED, EventType.MEMORY_SUPERSEDED,
+    EventType.MEMORY_ARCHIVED, EventType.MEMORY_PROMOTED, EventType.MEMORY_MERGED,
+    EventType.MEMORY_EMBEDDED, EventType.SUBJECT_ERASED)
 """What the fold reads; every other event is ignored."""
 
 _DAY = 86_400.0
@@ -118,14 +121,15 @@ class LifecycleFold:
     position: int = 0
 
     def apply(self, e: Event, subject_id: str | None = None) -> None:
-        """Fold one event; ``subject_id`` is its envelope's (the data subject)."""
+        """Fold one event; ``subject_id``: its data subject, when not the envelope's."""
         if e.position <= self.position:
             return
-        if e.event_type == "subject.erased":
+        if e.event_type == EventType.SUBJECT_ERASED:
             self._erased(e.tenant_id, str(e.payload["subject_id"]))
-        elif e.event_type == "memory.asserted":
+        elif e.event_type == EventType.MEMORY_ASSERTED:
             _asserted(self, e)
-            self.items[(e.tenant_id, str(e.payload["item_id"]))].subject = subject_id
+            self.items[(e.tenant_id, str(e.payload["item_id"]))].subject = (
+                e.subject_id if subject_id is None else subject_id)
         elif (handler := _HANDLERS.get(e.event_type)) is not None:
             handler(self, e)
         self.position = e.position
@@ -347,16 +351,16 @@ def _importance_learned(f: LifecycleFold, e: Event) -> None:
 
 
 _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
-    "space.policy_set": _policy_set, "session.started": _session_started,
-    "session.ended": _session_ended, "conversation.message_appended": _message,
-    "memory.asserted": _asserted, "memory.revised": _item_event(_revised),
-    "memory.reaffirmed": _item_event(_reaffirmed),
-    "memory.retracted": _item_event(_ended("retracted")),
-    "memory.superseded": _item_event(_ended("superseded")),
-    "memory.archived": _item_event(_ended("archived")),
-    "memory.promoted": _item_event(_promoted), "memory.embedded": _embedded,
-    "memory.merged": _item_event(lambda item, e: None),  # its stream version moves
-    "memory.importance_learned": _importance_learned,
+    EventType.SPACE_POLICY_SET: _policy_set, EventType.SESSION_STARTED: _session_started,
+    EventType.SESSION_ENDED: _session_ended, EventType.MESSAGE_APPENDED: _message,
+    EventType.MEMORY_ASSERTED: _asserted, EventType.MEMORY_REVISED: _item_event(_revised),
+    EventType.MEMORY_REAFFIRMED: _item_event(_reaffirmed),
+    EventType.MEMORY_RETRACTED: _item_event(_ended("retracted")),
+    EventType.MEMORY_SUPERSEDED: _item_event(_ended("superseded")),
+    EventType.MEMORY_ARCHIVED: _item_event(_ended("archived")),
+    EventType.MEMORY_PROMOTED: _item_event(_promoted), EventType.MEMORY_EMBEDDED: _embedded,
+    EventType.MEMORY_MERGED: _item_event(lambda item, e: None),  # its stream version moves
+    EventType.IMPORTANCE_LEARNED: _importance_learned,
 }
 
 

@@ -28,16 +28,18 @@ from uuid import UUID
 from memledger_lifecycle.fold import LifecycleFold
 from memledger_lifecycle.themes import Member, Theme, themes
 from memledger_platform.crypto import ERASED
-from memledger_platform.readmodel.projection import Event
+from memledger_platform.events import Event
 from memledger_platform.vectorindex.sparse import plain_words
 from memledger_schemas import commands as c
+from memledger_schemas.event_types import EventType
 from memledger_schemas.events import MAX_THEME_MEMBERS, ImportanceSignals
 
 EVENT_TYPES = (
-    "space.policy_set", "memory.asserted", "memory.revised", "memory.reaffirmed",
-    "feedback.recorded", "retrieval.performed", "memory.importance_learned",
-    "memory.embedded", "memory.retracted", "memory.superseded", "memory.archived",
-    "memory.merged", "theme.formed", "theme.updated", "subject.erased")
+    EventType.SPACE_POLICY_SET, EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED,
+    EventType.MEMORY_REAFFIRMED, EventType.FEEDBACK_RECORDED, EventType.RETRIEVAL_PERFORMED,
+    EventType.IMPORTANCE_LEARNED, EventType.MEMORY_EMBEDDED, EventType.MEMORY_RETRACTED,
+    EventType.MEMORY_SUPERSEDED, EventType.MEMORY_ARCHIVED, EventType.MEMORY_MERGED,
+    EventType.THEME_FORMED, EventType.THEME_UPDATED, EventType.SUBJECT_ERASED)
 """What this fold reads (with the lifecycle fold's own)."""
 
 PRIOR_WEIGHT = 4.0
@@ -97,28 +99,29 @@ class FormingFold:
     """Spaces whose memories changed since their themes were last decided."""
 
     def apply(self, e: Event, subject_id: str | None = None) -> None:
-        """Fold one event (after the ``LifecycleFold`` has)."""
+        """Fold one event (after the ``LifecycleFold`` has); ``subject_id``: its data subject,
+        when not the envelope's."""
         p = e.payload
         if "item_id" in p and e.event_type.startswith("memory."):
             self.changed.add((e.tenant_id, e.space_id))
         match e.event_type:
-            case "memory.asserted" | "memory.revised":
-                self._content(e, subject_id)
-            case "feedback.recorded":
+            case EventType.MEMORY_ASSERTED | EventType.MEMORY_REVISED:
+                self._content(e, e.subject_id if subject_id is None else subject_id)
+            case EventType.FEEDBACK_RECORDED:
                 self._signal(e, p["signal"], p.get("rating"))
-            case "memory.reaffirmed":
+            case EventType.MEMORY_REAFFIRMED:
                 self._signal(e, "reaffirmed")
-            case "retrieval.performed":
+            case EventType.RETRIEVAL_PERFORMED:
                 for shown in sorted({r["ref"] for r in p.get("results") or ()}):
                     if (e.tenant_id, shown) in self.subjects:  # a memory, not a message
                         self._signal(e, "recalled", item=shown)
-            case "memory.importance_learned":
+            case EventType.IMPORTANCE_LEARNED:
                 self._at(e.tenant_id, str(p["item_id"])).learned = float(p["importance"])
-            case "theme.formed" | "theme.updated":
+            case EventType.THEME_FORMED | EventType.THEME_UPDATED:
                 self._theme(e)
-            case "subject.erased":
+            case EventType.SUBJECT_ERASED:
                 self._erased(e.tenant_id, str(p["subject_id"]))
-            case "space.policy_set":
+            case EventType.SPACE_POLICY_SET:
                 self.changed.add((e.tenant_id, e.space_id))
 
     def _at(self, tenant: str, item: str) -> Signals:
@@ -126,7 +129,7 @@ class FormingFold:
 
     def _content(self, e: Event, subject_id: str | None) -> None:
         key = (e.tenant_id, str(e.payload["item_id"]))
-        if e.event_type == "memory.asserted":
+        if e.event_type == EventType.MEMORY_ASSERTED:
             self.subjects[key] = subject_id
         if e.payload.get("importance") is not None and e.actor != ACTOR:
             signals = self._at(*key)
