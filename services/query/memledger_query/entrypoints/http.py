@@ -34,6 +34,7 @@ from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.jsonbody import is_json, repeated_key
 from memledger_platform.limits import retry_after
+from memledger_platform.vectorindex.port import IndexUnavailable
 from memledger_query.core import replay, views
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_schemas.api.reads import (
@@ -234,6 +235,12 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def problem(_: Request, error: Problem) -> Response:
         return error.response()
+
+    @app.exception_handler(IndexUnavailable)
+    async def no_index(_: Request, error: IndexUnavailable) -> Response:
+        # the vectors service is starting or restarting: a moment later, it answers
+        return Problem(503, "index_unavailable", str(error),
+                       retry_after_seconds=RETRY_AFTER_SECONDS).response()
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError) -> Response:
