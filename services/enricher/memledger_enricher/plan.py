@@ -29,7 +29,10 @@ from memledger_schemas.commands import (
 from memledger_schemas.events import ExtractedEntity
 
 EVENT_TYPES = ("memory.asserted", "memory.revised", "conversation.message_appended")
-"""The events the enricher reads; it ignores every other (including its own results)."""
+"""The events the enricher enriches; it reads ``EMBEDDED`` too (below), and no other."""
+EMBEDDED = "memory.embedded"
+"""Read to skip what is embedded already: an import records an item's embedding in the same
+commit as the item, just after it (``embedded_already``)."""
 
 EXTRACTOR = "mentions/v1"
 ACTOR = "enricher"
@@ -100,6 +103,26 @@ def _source(document: dict[str, Any], item_id: UUID, version: int | None, text: 
     return Source(document["tenant_id"], document["space_id"], item_id, version, text,
                   document.get("correlation_id") or str(document["event_id"]),
                   document.get("subject_id"), document.get("key_id"))
+
+
+Embedded = tuple[str, UUID, int]
+"""(tenant, item id, item version) of an embedding."""
+
+
+def embedding_of(document: dict[str, Any], model: str) -> Embedded | None:
+    """What a ``memory.embedded`` event embedded, if it is of ``model`` (its vector, sealed
+    or not, is not read)."""
+    payload = document["payload"]
+    if document["event_type"] != EMBEDDED or payload.get("model") != model:
+        return None
+    return document["tenant_id"], UUID(str(payload["item_id"])), int(payload["item_version"])
+
+
+def embedded_already(source: Source, embedded: set[Embedded]) -> bool:
+    """Whether ``source`` is an item version whose embedding for the enricher's model is in
+    ``embedded`` (an import's): it is not embedded again."""
+    return source.session_id is None and source.item_version is not None and (
+        source.tenant, source.item_id, source.item_version) in embedded
 
 
 def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:

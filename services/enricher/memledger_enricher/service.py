@@ -19,14 +19,23 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
+from memledger_enricher.plan import (
+    EMBEDDED,
+    EVENT_TYPES,
+    Embedded,
+    Source,
+    commands_for,
+    embedded_already,
+    embedding_of,
+    source_of,
+)
 from memledger_platform import logs, telemetry
 from memledger_platform.bus import fetch_ready
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import Embedder, Vector
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
-from memledger_schemas.subjects import Subjects
+from memledger_schemas.subjects import HDR_EVENT_TYPE, Subjects
 
 log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
@@ -55,27 +64,34 @@ class Enricher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set."""
-        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
-        sub = await self._js.pull_subscribe(
-            self._subjects.all_events, durable=self._durable, stream=self._subjects.events_stream,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
-                                  deliver_policy=DeliverPolicy.ALL, filter_subjects=filters,
-                                  max_ack_pending=self._batch * (self._in_flight + 1)))
+        sub = await self._subscribe()
         # Up to ``in_flight`` batches at once: while ingest records one, the next is embedded.
         # Their order does not matter: each command is keyed by the item version it is for.
         under_way: set[asyncio.Task[None]] = set()
+        held: list[Msg] = []
         try:
             while not stop.is_set():
                 if len(under_way) >= self._in_flight:
                     await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                msgs = await fetch_ready(sub, self._batch, wait=0.5)
+                msgs, held = _keep_pairs(held, await fetch_ready(sub, self._batch, wait=0.5))
                 if msgs:
                     task = asyncio.create_task(self._handle_unless_stopped(msgs, stop))
                     under_way.add(task)
                     task.add_done_callback(under_way.discard)
         finally:
             await asyncio.gather(*under_way, return_exceptions=True)
+            await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
+
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        # Created or updated: a consumer made before memory.embedded was read is widened.
+        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in (*EVENT_TYPES, EMBEDDED)]
+        await self._js.add_consumer(self._subjects.events_stream, ConsumerConfig(
+            name=self._durable, durable_name=self._durable, ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT_SECONDS, deliver_policy=DeliverPolicy.ALL,
+            filter_subjects=filters, max_ack_pending=self._batch * (self._in_flight + 2)))
+        return await self._js.pull_subscribe_bind(durable=self._durable,
+                                                  stream=self._subjects.events_stream)
 
     async def _handle_unless_stopped(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         # A batch waiting on ingest must not hold up a shutdown: give it back (nak) instead,
@@ -96,10 +112,13 @@ class Enricher:
             await self._handle_batch(msgs)
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
-        sources = [source for source in (_source(m, self._open) for m in msgs)
-                   if source is not None]
+        model = self._embedder.model_id
+        embedded = {found for m in msgs if _type_of(m) == EMBEDDED
+                    and (found := _embedding(m, model)) is not None}
+        sources = [source for source in (_source(m, self._open) for m in msgs
+                                         if _type_of(m) != EMBEDDED) if source is not None]
         try:
-            commands = await self._commands(sources)
+            commands = await self._commands(sources, embedded)
             for tenant, batch in _by_tenant(commands).items():
                 self._count(await self._intake.send(tenant, batch))
         except Exception as error:  # the model or ingest failed: all of it comes back later
@@ -110,8 +129,9 @@ class Enricher:
         self.enriched += len(sources)
         await asyncio.gather(*(m.ack() for m in msgs))
 
-    async def _commands(self, sources: list[Source]) -> list[tuple[str, CommandBase]]:
-        embedding = [s for s in sources if s.embeds]
+    async def _commands(self, sources: list[Source], embedded: set[Embedded]
+                        ) -> list[tuple[str, CommandBase]]:
+        embedding = [s for s in sources if s.embeds and not embedded_already(s, embedded)]
         vectors: list[Vector] = []
         if embedding:
             async with self._model:
@@ -128,6 +148,29 @@ class Enricher:
                 # Intake has dead-lettered it with the reason; nothing to retry.
                 self.refused += 1
                 log.error("enricher command refused: %s", result["error"].get("message"))
+
+
+def _keep_pairs(held: list[Msg], fetched: list[Msg]) -> tuple[list[Msg], list[Msg]]:
+    """(what to enrich now, what to hold for the next fetch). An assertion that ends a fetch
+    is held back, so that an import's embedding, committed and published just after it, is in
+    the same batch and the item is not embedded again; a fetch that brings nothing releases
+    it (an assertion without one, at the end of the log)."""
+    msgs = held + fetched
+    if fetched and _type_of(msgs[-1]) == "memory.asserted":
+        return msgs[:-1], msgs[-1:]
+    return msgs, []
+
+
+def _type_of(msg: Msg) -> str | None:
+    return (msg.headers or {}).get(HDR_EVENT_TYPE)
+
+
+def _embedding(msg: Msg, model: str) -> Embedded | None:
+    try:
+        return embedding_of(orjson.loads(msg.data), model)
+    except (ValueError, KeyError, TypeError) as error:
+        log.error("enricher skipped an undecodable event on %s: %r", msg.subject, error)
+        return None
 
 
 def _source(msg: Msg, opener: Opener) -> Source | None:

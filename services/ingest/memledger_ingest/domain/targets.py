@@ -16,6 +16,14 @@ Lookup = Callable[[StreamRef], StreamState | None]
 
 
 @dataclass(frozen=True)
+class IndexModel:
+    """The model whose vectors the server's index holds: its id and dimensions."""
+
+    model_id: str
+    dims: int
+
+
+@dataclass(frozen=True)
 class Context:
     """What a decision may use besides state: the tenant, an id minted for this command (for
     whatever it creates without naming it) and who acts."""
@@ -28,6 +36,9 @@ class Context:
     skew: timedelta = timedelta(seconds=300)
     """How far a client's clock may run ahead of ``now``: a time it says something happened
     (a message's ``said_at``) may lie that far in the future, no further."""
+    index: "IndexModel | None" = None
+    """The embedding model of the server's vector index (an imported embedding must be of
+    it); ``None``: not known here, nothing to compare with."""
 
     @cached_property
     def fresh_key(self) -> str:
@@ -67,12 +78,16 @@ def reads_of(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:
     """Every stream ``decide`` will look up for this command (so they can be fetched at once)."""
     space = getattr(cmd, "space_id", None)
     spaces = (StreamRef("space", space),) if space else ()
-    return (target_of(cmd, ctx), *spaces, *_extra_reads(cmd))
+    return (target_of(cmd, ctx), *spaces, *_extra_reads(cmd, ctx))
 
 
 def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PLR0912
     # The most frequent commands first: a match tries its cases in order.
     match cmd:
+        case c.ImportMemory():
+            # Its embedding's stream, as the enricher's; its item is new, so an
+            # expected_version (0) means there what it means on the item's.
+            return StreamRef("enrichment", _key_or(cmd.item_id, ctx))
         case c.AssertMemory():
             return StreamRef("item", _key_or(cmd.item_id, ctx))
         case c.EndSession() | c.AppendMessage():
@@ -114,13 +129,12 @@ def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PL
     raise TypeError(f"unknown command {type(cmd).__name__}")
 
 
-def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911  (a case each)
+def _extra_reads(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:  # noqa: PLR0911  (a case each)
     match cmd:
+        case c.ImportMemory():
+            return (*_assertion_reads(cmd), StreamRef("item", _key_or(cmd.item_id, ctx)))
         case c.AssertMemory():
-            session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
-            slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
-                    ) if cmd.triple is not None else ()
-            return session + slot
+            return _assertion_reads(cmd)
         case c.MergeMemories():
             return tuple(StreamRef("item", str(i)) for i in cmd.merged_item_ids)
         case c.SuggestMerge():
@@ -139,6 +153,13 @@ def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911 
         case c.RecordMessageEmbedding():
             return (StreamRef("session", str(cmd.session_id)),)
     return ()
+
+
+def _assertion_reads(cmd: c.AssertMemory) -> tuple[StreamRef, ...]:
+    session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
+    slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
+            ) if cmd.triple is not None else ()
+    return session + slot
 
 
 def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
