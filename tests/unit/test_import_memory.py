@@ -10,12 +10,13 @@ import orjson
 import pytest
 
 from memledger_enricher.plan import Source, embedded_already, embedding_of
-from memledger_enricher.service import Enricher, _keep_pairs
+from memledger_enricher.service import Enricher
 from memledger_ingest.domain.decide import Context, decide
 from memledger_ingest.domain.errors import Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState
 from memledger_ingest.domain.targets import IndexModel
 from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.events import decode
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas import commands as c
 from memledger_schemas import events as e
@@ -58,15 +59,18 @@ def test_an_import_of_an_item_that_exists_is_a_conflict_as_an_assertion_is() -> 
 
 
 def _document(event_type: str, payload: dict[str, Any], version: int = 1) -> dict[str, Any]:
-    return {"event_type": event_type, "tenant_id": "acme", "space_id": "notes",
-            "stream_version": version, "event_id": str(FRESH), "payload": payload}
+    return {"event_type": event_type, "schema_version": 1, "tenant_id": "acme",
+            "space_id": "notes", "stream_version": version, "event_id": str(FRESH),
+            "actor": "key:importer", "global_position": version,
+            "recorded_at": "2026-01-01T00:00:00+00:00", "payload": payload}
 
 
 def test_an_embedding_of_the_enrichers_model_marks_its_item_version_as_embedded() -> None:
     payload = {"item_id": str(ITEM), "item_version": 1, "model": "m", "vector": "ml-enc:v1:x"}
-    found = embedding_of(_document("memory.embedded", payload), "m")
+    found = embedding_of(decode(_document("memory.embedded", payload)), "m")
     assert found == ("acme", ITEM, 1)
-    assert embedding_of(_document("memory.embedded", {**payload, "model": "n"}), "m") is None
+    other = _document("memory.embedded", {**payload, "model": "n"})
+    assert embedding_of(decode(other), "m") is None
     source = Source("acme", "notes", ITEM, 1, "sky", "c")
     assert embedded_already(source, {found})
     assert not embedded_already(Source("acme", "notes", ITEM, 2, "sky", "c"), {found})
@@ -93,16 +97,6 @@ def _asserted(item: UUID, content: str = "Ada keeps the tide tables") -> _Msg:
 def _embedded(item: UUID, model: str) -> _Msg:
     return _Msg("memory.embedded", {"item_id": str(item), "item_version": 1, "model": model,
                                     "vector": "ml-enc:v1:x"})
-
-
-def test_an_assertion_that_ends_a_fetch_is_held_until_the_next_one() -> None:
-    first, pair = cast(Any, _asserted(ITEM)), cast(Any, _embedded(ITEM, "m"))
-    now, held = _keep_pairs([], [cast(Any, _asserted(FRESH)), first])
-    assert held == [first]
-    assert len(now) == 1
-    now, held = _keep_pairs(held, [pair])
-    assert (now, held) == ([first, pair], [])
-    assert _keep_pairs([first], []) == ([first], [])  # nothing came: released
 
 
 class _Intake:

@@ -44,6 +44,7 @@ from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
 from memledger_ingest.domain.targets import IndexModel
 from memledger_platform import telemetry
 from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
+from memledger_schemas.event_types import EventType
 
 __all__ = ["CommandResult", "CommitTimedOut", "GroupCommitWriter", "Rejected", "WriterStopping"]
 from memledger_platform.clock import Clock, SystemClock
@@ -63,7 +64,7 @@ log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
 _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
-_STATEFUL = frozenset({"space.policy_set", "triple.claimed"})
+_STATEFUL = frozenset({EventType.SPACE_POLICY_SET, EventType.TRIPLE_CLAIMED})
 """Events whose payload the write side's stream state keeps something of."""
 
 _RETRIES = 25
