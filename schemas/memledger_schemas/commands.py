@@ -480,6 +480,17 @@ class RecordMessageEmbedding(Learned, _Vector):
     message_id: UUID
 
 
+class ImportMemory(AssertMemory, _Vector):
+    """A memory item with the embedding of its content computed elsewhere (bulk loads of
+    history, migrations): recorded as ``memory.asserted`` then ``memory.embedded``, the events
+    a write and the enricher would record, with the importer as the actor of both; the
+    enricher does not embed it again. ``model`` and ``dims`` must be those of the server's
+    vector index. Needs the admin role."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/import"
+    command: Literal["import_memory"] = "import_memory"  # type: ignore[assignment]
+
+
 class RecordEntities(Learned):
     """The entities an extractor found in one version of a memory item's content."""
 
@@ -622,6 +633,7 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
     RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
     RecordPreference, RecordRetrieval, DeriveMemory, RecordTheme, LearnImportance,
+    ImportMemory,
 )
 
 Command = Annotated[
@@ -630,7 +642,8 @@ Command = Annotated[
     | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
     | UpsertEntity | AssertRelation | RetractRelation
     | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
-    | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance,
+    | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance
+    | ImportMemory,
     Field(discriminator="command"),
 ]
 

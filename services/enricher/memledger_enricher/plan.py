@@ -32,6 +32,9 @@ from memledger_schemas.events import ExtractedEntity
 
 EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.MESSAGE_APPENDED)
 """The events the enricher reads; it ignores every other (including its own results)."""
+EMBEDDED = EventType.MEMORY_EMBEDDED
+"""Read too, to skip what is embedded already: an import records an item's embedding in the
+same commit as the item, just after it (``embedded_already``)."""
 
 EXTRACTOR = "mentions/v1"
 ACTOR = "enricher"
@@ -97,6 +100,25 @@ def source_of(event: Event) -> Source | None:
 def _source(event: Event, item_id: UUID, version: int | None, text: str) -> Source:
     return Source(event.tenant_id, event.space_id, item_id, version, text,
                   event.correlation_id or event.event_id, event.subject_id, event.key_id)
+
+
+Embedded = tuple[str, UUID, int]
+"""(tenant, item id, item version) of an embedding."""
+
+
+def embedding_of(event: Event, model: str) -> Embedded | None:
+    """What a ``memory.embedded`` event embedded, if it is of ``model``."""
+    payload = event.payload
+    if event.event_type != EMBEDDED or payload.get("model") != model:
+        return None
+    return event.tenant_id, UUID(str(payload["item_id"])), int(payload["item_version"])
+
+
+def embedded_already(source: Source, embedded: set[Embedded]) -> bool:
+    """Whether ``source`` is an item version whose embedding for the enricher's model is in
+    ``embedded`` (an import's): it is not embedded again."""
+    return source.session_id is None and source.item_version is not None and (
+        source.tenant, source.item_id, source.item_version) in embedded
 
 
 def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:

@@ -18,12 +18,21 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
+from memledger_enricher.plan import (
+    EMBEDDED,
+    EVENT_TYPES,
+    Embedded,
+    Source,
+    commands_for,
+    embedded_already,
+    embedding_of,
+    source_of,
+)
 from memledger_platform import logs
 from memledger_platform.consumer import Batch, Consumer, Handling, Subscription, Transient
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import Embedder, Vector
-from memledger_platform.events import decode
+from memledger_platform.events import VECTOR, Event, decode
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
@@ -47,7 +56,8 @@ class Enricher:
         self._consumer = Consumer(js, subjects, Subscription(
             name="enricher", stream=subjects.events_stream, durable=durable,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES),
+            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}"
+                                  for t in (*EVENT_TYPES, EMBEDDED)),
             batch=batch, ack_wait=ACK_WAIT_SECONDS, ordered=False, in_flight=in_flight,
             nak_delay=RETRY_DELAY_SECONDS), self._enrichment)
 
@@ -83,18 +93,23 @@ class Enrichment(Handling):
         self.refused = 0
 
     async def handle(self, batch: Batch) -> None:
-        sources = [source for source in (_source(m, self._open) for m in batch.pending)
+        model = self._embedder.model_id
+        events = [e for e in (_event(m, self._open) for m in batch.pending) if e is not None]
+        embedded = {found for e in events if (found := embedding_of(e, model)) is not None}
+        sources = [source for source in (source_of(e) for e in events if e.event_type != EMBEDDED)
                    if source is not None]
         try:
-            commands = await self._commands(sources)
+            commands = await self._commands(sources, embedded)
             for tenant, grouped in _by_tenant(commands).items():
                 self._count(await self._intake.send(tenant, grouped))
         except Exception as error:  # the model or ingest failed: all of it comes back later
             raise Transient(f"enricher: {error!r}") from error
         self.enriched += len(sources)
 
-    async def _commands(self, sources: list[Source]) -> list[tuple[str, CommandBase]]:
-        embedding = [s for s in sources if s.embeds]
+    async def _commands(self, sources: list[Source], embedded: set[Embedded]
+                        ) -> list[tuple[str, CommandBase]]:
+        # an import's item version comes with its embedding: not embedded again
+        embedding = [s for s in sources if s.embeds and not embedded_already(s, embedded)]
         vectors: list[Vector] = []
         if embedding:
             async with self._model:
@@ -113,9 +128,9 @@ class Enrichment(Handling):
                 log.error("enricher command refused: %s", result["error"].get("message"))
 
 
-def _source(msg: Msg, opener: Opener) -> Source | None:
+def _event(msg: Msg, opener: Opener) -> Event | None:
     try:
-        return source_of(decode(msg.data, opener=opener))
+        return decode(msg.data, opener=opener, skip=VECTOR)
     except (ValueError, KeyError, TypeError) as error:
         # Undecodable here means the projector dead-letters it too; enrichment skips it.
         with logs.bound_event(msg.headers, msg.data):

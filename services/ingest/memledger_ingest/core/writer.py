@@ -41,6 +41,7 @@ from memledger_ingest.core.state_cache import StateCache, fold_state
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+from memledger_ingest.domain.targets import IndexModel
 from memledger_platform import telemetry
 from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
 from memledger_schemas.event_types import EventType
@@ -110,8 +111,12 @@ class GroupCommitWriter:
                  linger_seconds: float = 0.002, linger_below: int = 16,
                  cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
                  new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
-                 keyring: Keyring | None = None, clock_skew_seconds: float = 300.0) -> None:
+                 keyring: Keyring | None = None, clock_skew_seconds: float = 300.0,
+                 index: IndexModel | None = None) -> None:
+        """``index``: the embedding model of the server's vector index, which an imported
+        embedding must be of (``None``: not checked)."""
         self._store = store
+        self._index = index
         self._limits = limits
         self._watch = CommitWatch(limits.commit_timeout_seconds, store.interrupt)
         self._stopping = False
@@ -184,7 +189,7 @@ class GroupCommitWriter:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
         now = self._clock.now()
-        contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew)
+        contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew, self._index)
                          for _ in commands)
         size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))

@@ -1,6 +1,7 @@
 """One handler per command: check it against the current state, say what happened. Pure."""
 
 import hashlib
+from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
@@ -368,6 +369,33 @@ def _record_embedding(cmd: c.RecordEmbedding, ctx: Context, lookup: Lookup,
     payload = e.MemoryEmbedded(item_id=cmd.item_id, item_version=cmd.item_version,
                                model=cmd.model, dims=cmd.dims, vector=cmd.vector)
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
+
+
+@register(c.ImportMemory, t.import_stream, t.import_reads)
+def _import_memory(cmd: c.ImportMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    """An assertion, then its embedding on the item's enrichment stream (as the enricher's
+    would be): the embedding is this decision's own event, so the command's position is the
+    one a search waits for."""
+    _of_the_index(cmd, ctx)
+    item = StreamRef("item", str(new_or(cmd.item_id, ctx)))
+    asserted = _assert_memory(cmd, ctx, lookup, lookup(item))
+    payload = e.MemoryEmbedded(item_id=UUID(item.key), item_version=1, model=cmd.model,
+                               dims=cmd.dims, vector=cmd.vector)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), asserted.ids,
+                    also=(*asserted.also, replace(asserted, target=item, also=())))
+
+
+def _of_the_index(cmd: c.ImportMemory, ctx: Context) -> None:
+    index = ctx.index
+    if index is None:
+        return
+    if cmd.model != index.model_id:
+        raise Invalid("model", f"{cmd.model!r} is not the model of this server's vector index "
+                      f"({index.model_id!r}): embed with it, or let the enricher embed")
+    if cmd.dims != index.dims:
+        raise Invalid("dims", f"{cmd.dims} is not the dimensions of this server's vector index "
+                      f"({index.dims}, model {index.model_id!r})")
 
 
 @register(c.RecordMessageEmbedding, t.message_enrichment_stream, t.message_reads)

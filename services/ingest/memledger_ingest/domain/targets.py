@@ -17,6 +17,14 @@ Lookup = Callable[[StreamRef], StreamState | None]
 
 
 @dataclass(frozen=True)
+class IndexModel:
+    """The model whose vectors the server's index holds: its id and dimensions."""
+
+    model_id: str
+    dims: int
+
+
+@dataclass(frozen=True)
 class Context:
     """What a decision may use besides state: the tenant, an id minted for this command (for
     whatever it creates without naming it) and who acts."""
@@ -29,6 +37,9 @@ class Context:
     skew: timedelta = timedelta(seconds=300)
     """How far a client's clock may run ahead of ``now``: a time it says something happened
     (a message's ``said_at``) may lie that far in the future, no further."""
+    index: "IndexModel | None" = None
+    """The embedding model of the server's vector index (an imported embedding must be of
+    it); ``None``: not known here, nothing to compare with."""
 
     @cached_property
     def fresh_key(self) -> str:
@@ -65,7 +76,7 @@ C = TypeVar("C", bound=c.CommandBase)
 Decide = Callable[[C, Context, Lookup, StreamState | None], Decision]
 """A command's handler: it checked against the current state of its streams → what happened."""
 Target = Callable[[C, Context], StreamRef]
-Reads = Callable[[C], tuple[StreamRef, ...]]
+Reads = Callable[[C, Context], tuple[StreamRef, ...]]
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,7 @@ ROUTES: dict[type[c.CommandBase], Route] = {}
 _BY_TYPE: dict[type[c.CommandBase], Route] = {}
 
 
-def no_reads(_: c.CommandBase) -> tuple[StreamRef, ...]:
+def no_reads(_: c.CommandBase, __: Context) -> tuple[StreamRef, ...]:
     return ()
 
 
@@ -121,7 +132,7 @@ def reads_of(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:
     space = getattr(cmd, "space_id", None)
     spaces = (StreamRef("space", space),) if space else ()
     route = route_of(cmd)
-    return (route.target(cmd, ctx), *spaces, *route.reads(cmd))
+    return (route.target(cmd, ctx), *spaces, *route.reads(cmd, ctx))
 
 
 # --- the streams commands append to -------------------------------------------------------------
@@ -179,6 +190,12 @@ def enrichment_stream(cmd: c.RecordEmbedding | c.RecordEntities | c.SuggestMerge
     return StreamRef("enrichment", str(cmd.item_id))
 
 
+def import_stream(cmd: c.ImportMemory, ctx: Context) -> StreamRef:
+    # Its embedding's stream, as the enricher's; its item is new, so an expected_version (0)
+    # means there what it means on the item's.
+    return StreamRef("enrichment", _key_or(cmd.item_id, ctx))
+
+
 def message_enrichment_stream(cmd: c.RecordMessageEmbedding, _: Context) -> StreamRef:
     return StreamRef("enrichment", str(cmd.message_id))
 
@@ -202,7 +219,7 @@ def importance_stream(cmd: c.LearnImportance, _: Context) -> StreamRef:
 
 # --- the other streams a handler reads ----------------------------------------------------------
 
-def assert_reads(cmd: c.AssertMemory) -> tuple[StreamRef, ...]:
+def assert_reads(cmd: c.AssertMemory, _: Context) -> tuple[StreamRef, ...]:
     """Its session, and the slot of its triple (what it may contradict)."""
     session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
     slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
@@ -210,33 +227,38 @@ def assert_reads(cmd: c.AssertMemory) -> tuple[StreamRef, ...]:
     return session + slot
 
 
-def merged_reads(cmd: c.MergeMemories) -> tuple[StreamRef, ...]:
+def import_reads(cmd: c.ImportMemory, ctx: Context) -> tuple[StreamRef, ...]:
+    """An assertion's, and its item (looked up by the assertion it makes)."""
+    return (*assert_reads(cmd, ctx), StreamRef("item", _key_or(cmd.item_id, ctx)))
+
+
+def merged_reads(cmd: c.MergeMemories, _: Context) -> tuple[StreamRef, ...]:
     return tuple(StreamRef("item", str(i)) for i in cmd.merged_item_ids)
 
 
-def suggestion_reads(cmd: c.SuggestMerge) -> tuple[StreamRef, ...]:
+def suggestion_reads(cmd: c.SuggestMerge, _: Context) -> tuple[StreamRef, ...]:
     return (StreamRef("item", str(cmd.item_id)), StreamRef("item", str(cmd.similar_to)))
 
 
-def superseding_reads(cmd: c.SupersedeMemory) -> tuple[StreamRef, ...]:
+def superseding_reads(cmd: c.SupersedeMemory, _: Context) -> tuple[StreamRef, ...]:
     return (StreamRef("item", str(cmd.superseded_by)),)
 
 
-def relation_reads(cmd: c.AssertRelation) -> tuple[StreamRef, ...]:
+def relation_reads(cmd: c.AssertRelation, _: Context) -> tuple[StreamRef, ...]:
     return (entity_ref(cmd.space_id, cmd.source_entity),
             entity_ref(cmd.space_id, cmd.target_entity))
 
 
 def item_reads(cmd: c.RecordFeedback | c.RecordEmbedding | c.RecordEntities
-               | c.LearnImportance) -> tuple[StreamRef, ...]:
+               | c.LearnImportance, _: Context) -> tuple[StreamRef, ...]:
     return (StreamRef("item", str(cmd.item_id)),)
 
 
-def message_reads(cmd: c.RecordMessageEmbedding) -> tuple[StreamRef, ...]:
+def message_reads(cmd: c.RecordMessageEmbedding, _: Context) -> tuple[StreamRef, ...]:
     return (StreamRef("session", str(cmd.session_id)),)
 
 
-def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
+def retrieval_reads(cmd: c.RecordRetrieval, _: Context | None = None) -> tuple[StreamRef, ...]:
     """The streams whose data subjects an audited retrieval touched: its session, and the
     item of each entry shown that names one (a message or another ref names no stream)."""
     session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
@@ -244,7 +266,7 @@ def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
     return session + tuple(items)
 
 
-def theme_reads(cmd: c.RecordTheme) -> tuple[StreamRef, ...]:
+def theme_reads(cmd: c.RecordTheme, _: Context | None = None) -> tuple[StreamRef, ...]:
     """The items of a theme: each must be in its space, and their data subjects seal its
     label."""
     return tuple(dict.fromkeys(StreamRef("item", str(m)) for m in cmd.members))
