@@ -19,7 +19,7 @@ test-integration: $(STAMP)
 	$(BIN)/python -m pytest -q tests/integration tests/e2e
 
 test-faults: $(STAMP)    ## kill -9 every process in turn under load; nothing acked lost or repeated; longer fuzzing
-	$(BIN)/python -m pytest -q -m faults tests
+	MEMLEDGER_RELIABILITY_DOC=docs/reliability.md $(BIN)/python -m pytest -q -m faults tests
 
 test-browser: $(STAMP)   ## installs Debian's Chromium and chromedriver (root), then the console's browser tests
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \

@@ -66,6 +66,11 @@ class CommandBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     http_path: ClassVar[str]
+    sent_by: ClassVar[frozenset[str]] = frozenset()
+    """Its authority: which of memledger's own services send it, on their intake subjects."""
+    internal: ClassVar[bool] = False
+    """Its authority: only memledger's own services send it (no API key may, whatever its
+    role)."""
 
     idempotency_key: ShortText | None = Field(
         default=None, description="a retry with the same key returns the first result; "
@@ -309,6 +314,7 @@ class ReaffirmMemory(CommandBase):
 
 class ArchiveMemory(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/archive"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
     command: Literal["archive_memory"] = "archive_memory"
     space_id: SpaceId
     item_id: UUID
@@ -332,6 +338,7 @@ class MergeMemories(CommandBase):
     survivor takes their sources."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/merge"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
     command: Literal["merge_memories"] = "merge_memories"
     space_id: SpaceId
     item_id: UUID
@@ -350,6 +357,8 @@ class MergeMemories(CommandBase):
 
 class SuggestMerge(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/merge-suggestions"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
+    internal: ClassVar[bool] = True
     command: Literal["suggest_merge"] = "suggest_merge"
     space_id: SpaceId
     item_id: UUID
@@ -360,6 +369,7 @@ class SuggestMerge(CommandBase):
 
 class UpsertEntity(CommandBase):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/entities"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
     command: Literal["upsert_entity"] = "upsert_entity"
     space_id: SpaceId
     entity_id: EntityRef = Field(description=CLEAR)
@@ -370,6 +380,7 @@ class UpsertEntity(CommandBase):
 
 class AssertRelation(CommandBase, ValidInterval):
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/relations"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
     command: Literal["assert_relation"] = "assert_relation"
     space_id: SpaceId
     relation_id: UUID | None = None
@@ -448,6 +459,8 @@ class RecordEmbedding(Learned, _Vector):
     """The vector of one version of a memory item's content, as computed by an enricher."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/embedding"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
+    internal: ClassVar[bool] = True
     command: Literal["record_embedding"] = "record_embedding"
     space_id: SpaceId
     item_id: UUID
@@ -459,16 +472,31 @@ class RecordMessageEmbedding(Learned, _Vector):
 
     http_path: ClassVar[str] = (
         "/v1/spaces/{space_id}/sessions/{session_id}/messages/{message_id}/embedding")
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
+    internal: ClassVar[bool] = True
     command: Literal["record_message_embedding"] = "record_message_embedding"
     space_id: SpaceId
     session_id: UUID
     message_id: UUID
 
 
+class ImportMemory(AssertMemory, _Vector):
+    """A memory item with the embedding of its content computed elsewhere (bulk loads of
+    history, migrations): recorded as ``memory.asserted`` then ``memory.embedded``, the events
+    a write and the enricher would record, with the importer as the actor of both; the
+    enricher does not embed it again. ``model`` and ``dims`` must be those of the server's
+    vector index. Needs the admin role."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/import"
+    command: Literal["import_memory"] = "import_memory"  # type: ignore[assignment]
+
+
 class RecordEntities(Learned):
     """The entities an extractor found in one version of a memory item's content."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/entities"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
+    internal: ClassVar[bool] = True
     command: Literal["record_entities"] = "record_entities"
     space_id: SpaceId
     item_id: UUID
@@ -483,6 +511,8 @@ class RecordPreference(Learned):
     ``source_item_id`` is the id of either, so it is not checked against an item stream."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/preferences"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
+    internal: ClassVar[bool] = True
     command: Literal["record_preference"] = "record_preference"
     space_id: SpaceId
     source_item_id: UUID
@@ -499,6 +529,8 @@ class DeriveMemory(AssertMemory, Learned):
     derived from the sources too, so deriving it again names the same item."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/derived-memories"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"enricher"})
+    internal: ClassVar[bool] = True
     command: Literal["derive_memory"] = "derive_memory"  # type: ignore[assignment]
     item_id: UUID
     sources: tuple[SourceRef, ...] = Field(min_length=1, max_length=32, description=CLEAR)
@@ -510,6 +542,8 @@ class RecordTheme(CommandBase):
     no members, dissolved). Its label is sealed under the data subjects of its members."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/themes"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
+    internal: ClassVar[bool] = True
     command: Literal["record_theme"] = "record_theme"
     space_id: SpaceId
     theme_id: UUID
@@ -525,6 +559,8 @@ class LearnImportance(CommandBase):
     importance it was written with is the prior)."""
 
     http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/importance"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
+    internal: ClassVar[bool] = True
     command: Literal["learn_importance"] = "learn_importance"
     space_id: SpaceId
     item_id: UUID
@@ -544,6 +580,8 @@ class RecordRetrieval(CommandBase):
     any one of them erases them); if none, under ``space:<space>``."""
 
     http_path: ClassVar[str] = "/v1/retrievals"
+    sent_by: ClassVar[frozenset[str]] = frozenset({"query"})
+    internal: ClassVar[bool] = True
     command: Literal["record_retrieval"] = "record_retrieval"
     retrieval_id: UUID
     operation: Literal["search", "context"]
@@ -579,28 +617,10 @@ class EraseSubject(CommandBase):
     reason: Reason | None = None
 
 
-SERVICE_COMMANDS: dict[str, frozenset[str]] = {
-    "enricher": frozenset({"record_embedding", "record_message_embedding", "record_entities",
-                           "record_preference", "derive_memory", "upsert_entity",
-                           "assert_relation"}),
-    "lifecycle": frozenset({"archive_memory", "merge_memories", "suggest_merge",
-                            "record_theme", "learn_importance"}),
-    "query": frozenset({"record_retrieval"}),
-}
-"""What each of memledger's own services sends, on its own intake subject."""
-
-INTERNAL_COMMANDS = frozenset({"record_embedding", "record_message_embedding",
-                               "record_entities", "record_preference", "record_retrieval",
-                               "suggest_merge", "derive_memory", "record_theme",
-                               "learn_importance"})
-"""Commands only memledger's own services send (what they learned, audited, or suggest by
-policy): no API key may send them, whatever its role."""
-
-
 def internal_part(command: CommandBase) -> str | None:
     """The field that makes ``command`` one only memledger's own services may send
     (``"command"``: the whole command), or ``None``."""
-    if type(command).model_fields["command"].default in INTERNAL_COMMANDS:
+    if type(command).internal:
         return "command"
     if isinstance(command, ArchiveMemory) and command.policy_version is not None:
         return "policy_version"  # archived by policy: the lifecycle scheduler's decision
@@ -613,6 +633,7 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
     RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
     RecordPreference, RecordRetrieval, DeriveMemory, RecordTheme, LearnImportance,
+    ImportMemory,
 )
 
 Command = Annotated[
@@ -621,13 +642,23 @@ Command = Annotated[
     | ReaffirmMemory | ArchiveMemory | PromoteMemory | MergeMemories | SuggestMerge
     | UpsertEntity | AssertRelation | RetractRelation
     | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
-    | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance,
+    | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance
+    | ImportMemory,
     Field(discriminator="command"),
 ]
 
 BY_NAME: dict[str, type[CommandBase]] = {
     c.model_fields["command"].default: c for c in COMMANDS
 }
+
+SERVICE_COMMANDS: dict[str, frozenset[str]] = {
+    service: frozenset(name for name, c in BY_NAME.items() if service in c.sent_by)
+    for service in sorted({s for c in COMMANDS for s in c.sent_by})}
+"""What each of memledger's own services sends, on its own intake subject (``sent_by``)."""
+
+INTERNAL_COMMANDS = frozenset(name for name, c in BY_NAME.items() if c.internal)
+"""Commands only memledger's own services send (what they learned, audited, or suggest by
+policy): no API key may send them, whatever its role (``internal``)."""
 
 
 class CommandBatch(BaseModel):

@@ -13,6 +13,7 @@ thread that started them, which their parent-death signal is tied to.
 import base64
 import contextlib
 import functools
+import json
 import os
 import secrets
 import signal
@@ -93,9 +94,15 @@ class Cluster:
 
     TENANT = "default"
 
-    def __init__(self, home: Path, topology: Topology | None = None) -> None:
+    def __init__(self, home: Path, topology: Topology | None = None, *,
+                 embedder: str = "hashing", auth: bool = False) -> None:
+        """``embedder``: the services' (``local``: the MiniLM model the package ships);
+        ``auth``: API keys required, the load and the operator commands using an admin key."""
         self.home = home
         self.topology = topology or Topology()
+        self.embedder = embedder
+        self.auth = auth
+        self.api_key: str | None = None
         self.postgres = EmbeddedPostgres(home / "postgres", port=free_port())
         self.nats: EmbeddedNats | EmbeddedNatsCluster = (
             EmbeddedNats(home, port=free_port()) if self.topology.nats_nodes == 1 else
@@ -118,11 +125,18 @@ class Cluster:
     def stored_key(self, key: str) -> str:
         """How the event store holds the idempotency key ``key`` of the load's tenant."""
         return keyed_digest(digest_secret(base64.b64decode(self.master_key)), self.TENANT, key)
+
+    def headers(self) -> dict[str, str]:
+        """What a request of the load carries (the admin key, when auth is on)."""
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def start(self) -> None:
         """Start the engines (here) and the services (by the supervisor); wait until both
         HTTP services answer."""
         self.dsn = self.postgres.start().dsn
         self.nats_url = self.nats.start()
+        if self.auth:
+            self.api_key = self._issue_admin_key()
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         self.services = {name: Service(name, self.env(name), self.home / "logs" / f"{name}.log")
                          for name in self.topology.services()}
@@ -135,14 +149,28 @@ class Cluster:
         """The environment of a service (or, without a name, of an operator command)."""
         env = {**os.environ, "MEMLEDGER_MODE": "distributed", "MEMLEDGER_POSTGRES_DSN": self.dsn,
                "MEMLEDGER_NATS_URL": self.nats_url, "MEMLEDGER_HOME": str(self.home),
-               "MEMLEDGER_AUTH": "off", "MEMLEDGER_DEFAULT_TENANT": self.TENANT,
-               "MEMLEDGER_EMBEDDER": "hashing", "MEMLEDGER_MASTER_KEY": self.master_key,
+               "MEMLEDGER_AUTH": "required" if self.auth else "off",
+               "MEMLEDGER_DEFAULT_TENANT": self.TENANT, "MEMLEDGER_EMBEDDER": self.embedder,
+               "MEMLEDGER_MASTER_KEY": self.master_key,
                "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning",
                "MEMLEDGER_NATS_STREAM_REPLICAS": str(self.topology.nats_nodes)}
+        if self.api_key and not service:
+            env["MEMLEDGER_API_KEY"] = self.api_key
         if service in self.ports:
             env["MEMLEDGER_HTTP_PORT"] = str(self.ports[service])
             env["MEMLEDGER_GRPC_PORT"] = str(free_port())
         return env
+
+    def _issue_admin_key(self) -> str:
+        """The tenant and an admin key for it, made as an operator does (``memledger admin``)."""
+        for action in (["create-tenant", self.TENANT],
+                       ["issue-key", "--tenant", self.TENANT, "--role", "admin",
+                        "--label", "fault suite"]):
+            done = subprocess.run([sys.executable, "-m", "memledger_cli", "admin", *action],
+                                  env=self.env(), capture_output=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr.decode(errors="replace")
+        token: str = json.loads(done.stdout)["token"]
+        return token
 
     def _url(self, service: str) -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
@@ -220,6 +248,17 @@ class Cluster:
         os.kill(pid, signal.SIGKILL)
         time.sleep(RESTART_PAUSE_SECONDS)  # down as long as a supervised service would be
         eventually_sync(lambda: _started(server), timeout=120, interval=0.5)
+
+    def suspend(self, service: str) -> None:
+        """SIGSTOP a service (it holds its connections but does nothing) until ``resume``."""
+        proc = self._running(service)
+        assert proc is not None, f"{service} is not running\n{self.logs()}"
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, service: str) -> None:
+        proc = self._running(service)
+        if proc is not None:
+            proc.send_signal(signal.SIGCONT)
 
     @contextmanager
     def paused(self, engine: Engine) -> Iterator[None]:

@@ -11,6 +11,7 @@ validation: 422). They carry an item id of their own, so their absence can be ch
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,13 +97,7 @@ class Load:
 
     def stop(self, settle_seconds: float = 180.0) -> Outcomes:
         """Stop writing; wait for the writes in flight to settle (``settle_seconds`` at most)."""
-        self._stop.set()
-        deadline = time.monotonic() + settle_seconds
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._give_up.set()
-        for thread in self._threads:
-            thread.join()
+        stop_writers(self._threads, self._stop, self._give_up, settle_seconds)
         return self.outcomes
 
     def _run(self, worker: int) -> None:
@@ -130,21 +125,12 @@ class Load:
 
     def _settle(self, client: httpx.Client, worker: int, path: str, body: dict[str, Any]
                 ) -> tuple[httpx.Response | None, int]:
-        """Post until the answer is definitive; return it (None: given up) and the attempts."""
-        attempts = 0
-        while not self._give_up.is_set():
-            url = self.urls[(worker + attempts) % len(self.urls)]
-            attempts += 1
-            try:
-                response = client.post(url + path, json=body)
-            except httpx.TransportError:
-                response = None
-            if response is not None and not _transient(response.status_code):
-                return response, attempts
-            with self.outcomes.lock:
-                self.outcomes.retries += 1
-            self._give_up.wait(RETRY_PAUSE_SECONDS)
-        return None, attempts
+        return post_until_definitive(client, self.urls[worker:] + self.urls[:worker], path, body,
+                                     self._give_up, self._retried)
+
+    def _retried(self) -> None:
+        with self.outcomes.lock:
+            self.outcomes.retries += 1
 
     def _record(self, key: str, space: str, body: dict[str, Any], sent: float,
                 settled: tuple[httpx.Response | None, int]) -> None:
@@ -161,6 +147,40 @@ class Load:
             else:
                 self.outcomes.refused.append(Refused(key, body.get("item_id", ""),
                                                      response.status_code, now))
+
+
+def post_until_definitive(client: httpx.Client, urls: list[str], path: str,
+                          body: dict[str, Any], give_up: threading.Event,
+                          retried: Callable[[], None]) -> tuple[httpx.Response | None, int]:
+    """Post until the answer is definitive (not a connection error, a timeout, a 429 or a
+    5xx), each attempt to the next of ``urls``; return it (None: ``give_up`` was set first)
+    and the attempts made."""
+    attempts = 0
+    while not give_up.is_set():
+        url = urls[attempts % len(urls)]
+        attempts += 1
+        try:
+            response = client.post(url + path, json=body)
+        except httpx.TransportError:
+            response = None
+        if response is not None and not _transient(response.status_code):
+            return response, attempts
+        retried()
+        give_up.wait(RETRY_PAUSE_SECONDS)
+    return None, attempts
+
+
+def stop_writers(threads: list[threading.Thread], stop: threading.Event,
+                 give_up: threading.Event, settle_seconds: float) -> None:
+    """Tell the writing threads to stop; give the writes in flight ``settle_seconds`` to
+    settle, then make them give up."""
+    stop.set()
+    deadline = time.monotonic() + settle_seconds
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    give_up.set()
+    for thread in threads:
+        thread.join()
 
 
 def _transient(status: int) -> bool:

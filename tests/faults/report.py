@@ -117,3 +117,15 @@ def write_json(made: list[Row], extra: dict[str, Any]) -> None:
     if path:
         document = {"faults": [asdict(r) for r in made], "places": list(PLACES), **extra}
         Path(path).write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+
+
+def markdown(made: list[Row]) -> str:
+    """The table in the shape of ``docs/reliability.md``: lost and doubled writes, and the
+    slowest recovery of the fault (the write after it in every read model, embedded)."""
+    lines = ["| fault | acked | lost | doubled | recovery s |", "|---|---:|---:|---:|---:|"]
+    for r in made:
+        times = [t for t in (r.first_ack_seconds, r.postgres_seconds, r.vectors_seconds,
+                             r.enriched_seconds) if t is not None]
+        lines.append(f"| {r.fault} | {r.acked} | {r.missing} | {r.duplicated} | "
+                     f"{_seconds(max(times)) if times else '-'} |")
+    return "\n".join(lines)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults import report
+from tests.faults import reliability, report
 from tests.faults.audit import Copies, read_copies
 from tests.faults.cluster import Cluster
 from tests.faults.load import Load, Outcomes
@@ -73,9 +73,12 @@ class _Phases:
         self.seconds[name], self._last = round(now - self._last, 1), now
 
 
-def _check(run: Run, tables: list[str]) -> None:
+def _check(run: Run, tables: list[str], section: str = "") -> None:
     made = report.rows(run.outcomes, run.copies, run.recoveries)
     tables.append(report.table(made))
+    if section:
+        reliability.write_section(section, f"{reliability.run_of()} (`make test-faults`)."
+                                  f"\n\n{report.markdown(made)}")
     report.write_json(made, {"verify": {"exit_code": run.verify_code, **run.verified},
                              "unresolved": len(run.outcomes.unresolved),
                              "client_retries": run.outcomes.retries,
@@ -97,4 +100,5 @@ def test_killed_services_and_postgres_neither_lose_nor_repeat_an_acknowledged_wr
 @pytest.mark.timeout(3_600)
 def test_every_acknowledged_write_survives_every_fault_exactly_once(
         tmp_path: Path, results_tables: list[str]) -> None:
-    _check(_run(tmp_path / "home", Plan(faults=FULL), workers=4, rate=10.0), results_tables)
+    _check(_run(tmp_path / "home", Plan(faults=FULL), workers=4, rate=10.0), results_tables,
+           "caught-up-faults")

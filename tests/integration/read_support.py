@@ -15,10 +15,10 @@ from psycopg_pool import ConnectionPool
 
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.events import Event, decode
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import Event, event_from
 from memledger_projector.core import store
 from memledger_query.core.reader import Reader
 from memledger_query.entrypoints.http import create_app
@@ -57,7 +57,7 @@ class ReadSide:
 
 
 def events_of(recorded: list[RecordedEvent]) -> list[Event]:
-    return [event_from(orjson.loads(r.document())) for r in recorded]
+    return [decode(orjson.loads(r.document())) for r in recorded]
 
 
 @contextmanager

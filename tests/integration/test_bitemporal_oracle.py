@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from memledger_ingest.core.writer import GroupCommitWriter, Rejected, WriterTuning
 from memledger_platform.endpoints import Endpoints
+from memledger_platform.events import decode
 from memledger_platform.eventstore import RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
-from memledger_platform.readmodel.projection import event_from
 from memledger_projector.core import store
 from memledger_schemas import commands as c
 from tests.integration.bitemporal_oracle import Oracle, Planned, Recorded, position_at
@@ -185,7 +185,7 @@ async def _history(w: World, tenant: str, operations: list[c.CommandBase]) -> Or
 def _project_in_batches(w: World, sizes: list[int]) -> Iterator[int]:
     """Project every committed event not projected yet, in batches of ``sizes`` (cycled),
     yielding the checkpoint after each batch."""
-    events = [event_from(orjson.loads(e.document()))
+    events = [decode(orjson.loads(e.document()))
               for e in w.side.store.read_all(w.side.position(), 10_000)]
     for size in itertools.cycle(sizes):
         if not events:

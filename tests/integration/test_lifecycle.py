@@ -19,9 +19,9 @@ from memledger_lifecycle.scheduler import Scheduler
 from memledger_platform.clock import FixedClock, SystemClock
 from memledger_platform.embedding.embedder import Embedder, HashingEmbedder
 from memledger_platform.endpoints import Endpoints
+from memledger_platform.events import decode
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.intake_client import IntakeClient
-from memledger_platform.readmodel.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 from tests.integration.events_support import read_everything
@@ -121,7 +121,7 @@ async def test_expiry_and_consolidation_are_events_with_their_policy_and_happen_
 
     # Replay-safe: the stored log, folded from scratch at the same clock, decides the same.
     # (The log up to the session's end: what the first scheduler decided on.)
-    replayed = fold(event_from(_document(e)) for e in read_everything(event_store)
+    replayed = fold(decode(_document(e)) for e in read_everything(event_store)
                     if e.position <= ended["position"])
     assert [(a.item_id, a.rule) for a in replayed.archives(clock.now())] == [
         (said["item_id"], "ttl")]

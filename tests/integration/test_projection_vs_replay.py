@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from memledger_ingest.core.writer import GroupCommitWriter, Rejected
 from memledger_platform.endpoints import Endpoints
+from memledger_platform.events import decode
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import event_from
 from memledger_projector.core import store
 from memledger_query.core import replay, views
 from memledger_schemas import commands as c
@@ -133,4 +133,4 @@ def _project(event_store: PostgresEventStore, conn: psycopg.Connection[Any],
     s = names.schema(schema.live_version(conn, names))
     after = read_checkpoint(conn, s).position
     events = event_store.read_all(after, 10_000)
-    store.apply_batch(conn, names, [event_from(orjson.loads(e.document())) for e in events])
+    store.apply_batch(conn, names, [decode(orjson.loads(e.document())) for e in events])

@@ -24,11 +24,11 @@ from psycopg import sql
 
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.endpoints import Endpoints
+from memledger_platform.events import decode
 from memledger_platform.eventstore import RecordedEvent
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import event_from
 from memledger_projector.core import store
 from memledger_projector.entrypoints.consumer import DURABLE, Projector
 from memledger_query.core import replay, views
@@ -263,7 +263,7 @@ async def test_messages_redelivered_after_their_write_committed_change_nothing_a
     delivered = await _fetch(sub, last)
     # The write commits, then the projector dies before its acks: the messages come back.
     store.apply_batch(side.conn, side.names,
-                      [event_from(orjson.loads(m.data)) for m in delivered],
+                      [decode(orjson.loads(m.data)) for m in delivered],
                       delivered[-1].metadata.sequence.stream)
     before = snapshot(side.conn, side.schema)
     await asyncio.gather(*(m.nak() for m in delivered))

@@ -12,12 +12,12 @@ from psycopg import sql
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import MemoryKeyring, Opener, is_sealed, seal_payload
 from memledger_platform.endpoints import Endpoints
+from memledger_platform.events import decode
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.ids import uuid7
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import event_from
 from memledger_projector.core import rebuild, store
 from memledger_schemas import commands as c
 from memledger_schemas.envelope import EventEnvelope
@@ -74,7 +74,7 @@ async def live(conn: psycopg.Connection[Any], event_store: PostgresEventStore,
 def _project_live(conn: psycopg.Connection[Any], event_store: PostgresEventStore,
                   names: schema.Names) -> None:
     events = event_store.read_all(0, 100_000)
-    store.apply_batch(conn, names, [event_from(orjson.loads(e.document())) for e in events])
+    store.apply_batch(conn, names, [decode(orjson.loads(e.document())) for e in events])
 
 
 async def test_a_rebuilt_model_hashes_equal_to_the_live_one_and_becomes_live(

@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memledger_platform.readmodel.projection import Projection, event_from
+from memledger_platform.events import decode
+from memledger_platform.readmodel.projection import Projection
 from memledger_projector.core import copytext
 
 RECORDED = "2025-01-10T09:00:00.123456Z"
@@ -38,7 +39,7 @@ EVENTS = [
 
 def test_a_change_line_made_from_an_event_is_the_line_of_its_change_row() -> None:
     projection = Projection()
-    events = [event_from(document) for document in EVENTS]
+    events = [decode(document) for document in EVENTS]
     for e in events:
         projection.apply(e)
 
@@ -47,7 +48,7 @@ def test_a_change_line_made_from_an_event_is_the_line_of_its_change_row() -> Non
 
 
 def test_a_change_line_escapes_free_text_and_leaves_the_vector_out() -> None:
-    lines = [copytext.change_line(event_from(document)) for document in EVENTS]
+    lines = [copytext.change_line(decode(document)) for document in EVENTS]
 
     assert b"someone\\twith a tab" in lines[1]
     assert b"moved\\\\away" in lines[2]

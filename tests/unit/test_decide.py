@@ -260,6 +260,10 @@ SUCCESSES = [
         e.MemoryImportanceLearned(item_id=ITEM, importance=0.7, prior=0.5,
                                   signals=e.ImportanceSignals(used=2), reason="used 2"),
         {"item_id": str(ITEM)}, "learn_importance"),
+    _ok(c.ImportMemory(space_id=SPACE, kind="fact", content="sky is blue", model="m", dims=2,
+                       vector=(0.6, 0.8)), _enrichment(FRESH),
+        e.MemoryEmbedded(item_id=FRESH, item_version=1, model="m", dims=2, vector=(0.6, 0.8)),
+        {"item_id": str(FRESH)}, "import_memory"),
 ]
 
 

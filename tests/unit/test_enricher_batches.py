@@ -20,7 +20,8 @@ class _Msg:
     def __init__(self, n: int) -> None:
         self.data = orjson.dumps({
             "event_type": "memory.asserted", "event_id": f"0190a000-0000-7000-8000-{n:012d}",
-            "tenant_id": "acme", "space_id": "notes", "stream_version": 1,
+            "tenant_id": "acme", "space_id": "notes", "stream_version": 1, "actor": "tester",
+            "global_position": n, "recorded_at": "2025-01-01T00:00:00+00:00",
             "payload": {"item_id": f"0190a000-0000-7000-8000-{n:012d}",
                         "content": f"note number {n}"}})
         self.headers: dict[str, str] = {}

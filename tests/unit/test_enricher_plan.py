@@ -15,6 +15,7 @@ from memledger_enricher.plan import (
     source_of,
 )
 from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.events import decode
 from memledger_schemas.commands import (
     CommandBase,
     RecordEmbedding,
@@ -36,7 +37,9 @@ def document(event_type: str, payload: dict[str, Any], *, version: int = 3,
              **fields: Any) -> dict[str, Any]:
     """A relayed envelope of tenant acme, space notes, at stream version ``version``."""
     return {"event_type": event_type, "event_id": EVENT, "tenant_id": "acme",
-            "space_id": "notes", "stream_version": version, "payload": payload, **fields}
+            "space_id": "notes", "stream_version": version, "actor": "tester",
+            "global_position": 1, "recorded_at": "2025-01-01T00:00:00+00:00",
+            "payload": payload, **fields}
 
 
 def asserted(content: str, version: int = 1) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def said(role: str, text: str) -> Source:
 
 
 def plan(document: dict[str, Any]) -> list[CommandBase]:
-    source = source_of(document)
+    source = source_of(decode(document))
     assert source is not None
     vector = EMBEDDER.embed_query(source.text) if source.embeds else None
     return commands_for(source, vector, EMBEDDER.model_id)
@@ -80,7 +83,8 @@ def of_type(commands: list[CommandBase], kind: type[CommandBase]) -> list[Any]:
                                                       "Alice works at Globex", EVENT)),
     (message("user", "I prefer tea"), said("user", "I prefer tea")),
     (document("conversation.message_appended", {
-        "session_id": SESSION, "message_id": MESSAGE, "role": "user", "text": "I prefer tea"}),
+        "session_id": SESSION, "message_id": MESSAGE, "role": "user", "text": "I prefer tea"},
+        schema_version=1),
      said("user", "I prefer tea")),
     (message("assistant", "I prefer to answer briefly"),
      said("assistant", "I prefer to answer briefly")),
@@ -88,7 +92,7 @@ def of_type(commands: list[CommandBase], kind: type[CommandBase]) -> list[Any]:
 ], ids=["asserted", "revised with content", "user message", "user message as text",
         "assistant message", "tool message"])
 def test_these_events_carry_a_text_to_enrich(event: dict[str, Any], expected: Source) -> None:
-    assert source_of(event) == expected
+    assert source_of(decode(event)) == expected
 
 
 @pytest.mark.parametrize("event", [
@@ -104,12 +108,12 @@ def test_these_events_carry_a_text_to_enrich(event: dict[str, Any], expected: So
         "revision of tags", "retraction", "its own embedding", "its own preference",
         "another event"])
 def test_these_events_carry_nothing_to_enrich(event: dict[str, Any]) -> None:
-    assert source_of(event) is None
+    assert source_of(decode(event)) is None
 
 
 def test_the_correlation_id_of_the_event_is_kept_when_it_has_one() -> None:
     event = {**asserted("Alice works at Acme"), "correlation_id": "req-42"}
-    source = source_of(event)
+    source = source_of(decode(event))
     assert source is not None
     assert source.correlation_id == "req-42"
     assert {c.correlation_id for c in plan(event)} == {"req-42"}
@@ -198,7 +202,7 @@ def test_an_item_with_nothing_to_extract_is_only_embedded() -> None:
 
 
 def test_without_a_vector_an_item_gets_no_embedding_command() -> None:
-    source = source_of(asserted(ADA))
+    source = source_of(decode(asserted(ADA)))
     assert source is not None
     assert of_type(commands_for(source, None, "m"), RecordEmbedding) == []
     assert len(of_type(commands_for(source, None, "m"), RecordEntities)) == 1
@@ -225,13 +229,13 @@ def test_mentions_are_typed_by_profile_rules_and_otherwise_untyped(
 def test_a_message_is_embedded_as_a_reader_sees_it_and_its_rules_read_what_was_said() -> None:
     event = message("user", "I prefer green tea")
     event["payload"]["participant"] = "Dana"
-    source = source_of(event)
+    source = source_of(decode(event))
     assert source is not None
     assert source.embedded_text == "Dana: I prefer green tea"
     assert source.text == "I prefer green tea"
-    unnamed = source_of(message("user", "I prefer green tea"))
+    unnamed = source_of(decode(message("user", "I prefer green tea")))
     assert unnamed is not None
     assert unnamed.embedded_text == "I prefer green tea"
-    item = source_of(asserted("Alice works at Acme"))
+    item = source_of(decode(asserted("Alice works at Acme")))
     assert item is not None
     assert item.embedded_text == "Alice works at Acme"

@@ -13,6 +13,7 @@ from memledger_enricher.forming_service import Forming
 from memledger_enricher.rules_extractor import RulesExtractor
 from memledger_enricher.session_turns import SessionTurns
 from memledger_enricher.summary import extractive
+from memledger_platform.events import decode
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 
@@ -131,6 +132,7 @@ def _message(n: int, text: str, subject: str = "u7") -> dict[str, Any]:
     return {"event_type": "conversation.message_appended", "tenant_id": "acme",
             "space_id": "notes", "event_id": f"e{n}", "stream_id": str(UUID(int=9)),
             "stream_version": n + 1, "subject_id": subject, "key_id": "key-1",
+            "actor": "tester", "global_position": n, "recorded_at": SAID.isoformat(),
             "valid_from": SAID.isoformat(),
             "payload": {"session_id": str(SESSION), "message_id": str(UUID(int=0x1000 + n)),
                         "role": "user", "content": text, "participant": "Ada"}}
@@ -144,8 +146,8 @@ def _forming(talk: Talk, every: int) -> Forming:
 def test_every_n_turns_those_turns_are_summed_up() -> None:
     talk = Talk([turn(n, TALK[(n - 1) % len(TALK)]) for n in range(1, 7)])
     former = _forming(talk, every=3)
-    assert former.waves(_message(2, "Sure.")) == []
-    [[summary]] = former.waves(_message(3, "Ok."))
+    assert former.waves(decode(_message(2, "Sure."))) == []
+    [[summary]] = former.waves(decode(_message(3, "Ok.")))
     assert isinstance(summary, c.DeriveMemory)
     assert (summary.kind, summary.tags) == ("episode", ("derived", "summary"))
     assert str(summary.idempotency_key).endswith("/summary/1-3")
@@ -156,7 +158,7 @@ def test_when_a_session_ends_all_of_it_is_summed_up() -> None:
     talk = Talk([turn(n, TALK[n - 1]) for n in range(1, 8)])
     ended = {**_message(8, ""), "event_type": "session.ended",
              "payload": {"session_id": str(SESSION)}}
-    [[summary]] = _forming(talk, every=0).waves(ended)
+    [[summary]] = _forming(talk, every=0).waves(decode(ended))
     assert isinstance(summary, c.DeriveMemory)
     assert str(summary.idempotency_key).endswith("/summary/session")
     assert summary.sources
@@ -168,11 +170,11 @@ def test_another_subjects_words_stay_out_of_a_summary_sealed_under_this_one() ->
               for t in (turn(n, TALK[n - 1]) for n in range(1, 8))]
     ended = {**_message(8, ""), "event_type": "session.ended",
              "payload": {"session_id": str(SESSION)}}
-    assert _forming(Talk(theirs), every=0).waves(ended) == []
+    assert _forming(Talk(theirs), every=0).waves(decode(ended)) == []
 
 
 @pytest.mark.parametrize("role", ["assistant", "system", "tool"])
 def test_what_is_not_said_by_a_user_gives_no_facts(role: str) -> None:
     event = _message(1, "I prefer tea")
     event["payload"]["role"] = role
-    assert _forming(Talk([]), every=0).waves(event) == []
+    assert _forming(Talk([]), every=0).waves(decode(event)) == []

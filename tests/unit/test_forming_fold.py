@@ -11,7 +11,7 @@ import numpy as np
 from memledger_lifecycle.fold import LifecycleFold
 from memledger_lifecycle.forming_fold import FormingFold
 from memledger_lifecycle.themes import Member, group, label_of
-from memledger_platform.readmodel.projection import Event
+from memledger_platform.events import Event
 from memledger_schemas import commands as c
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

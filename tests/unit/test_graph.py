@@ -3,7 +3,8 @@ from extractions (one row per entity as written, a nameless row for an empty ext
 
 from typing import Any
 
-from memledger_platform.readmodel.projection import Projection, event_from, name_key
+from memledger_platform.events import decode
+from memledger_platform.readmodel.projection import Projection, name_key
 from memledger_query.core.views import walk
 from memledger_schemas.api.reads import Relation
 
@@ -73,7 +74,7 @@ def extracted(position: int, entities: list[dict[str, str]], version: int = 1
 def mentions(*documents: dict[str, Any]) -> list[tuple[Any, ...]]:
     projection = Projection()
     for document in documents:
-        projection.apply(event_from(document))
+        projection.apply(decode(document))
     return [(m["position"], m["item_version"], m["ordinal"], m["name"], m["name_key"],
              m["type"]) for m in projection.mentions]
 

@@ -71,3 +71,12 @@ async def test_requests_waiting_at_once_share_each_lookup() -> None:
 
 async def _polled(recorded: Recorded, times: int) -> None:
     assert recorded.reads >= times
+
+
+async def test_a_position_already_recorded_answers_at_once_even_with_no_time_to_wait() -> None:
+    """``wait_ms: 0`` asks "is it there now?": the recorded position is read before the
+    deadline counts."""
+    recorded = Recorded(7)
+    progress = IndexProgress(recorded.read)
+    assert await progress.wait_for(7, 0)
+    assert not await progress.wait_for(8, 0)

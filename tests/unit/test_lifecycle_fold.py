@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from memledger_lifecycle.fold import Archive, LifecycleFold, fold
-from memledger_platform.readmodel.projection import Event
+from memledger_platform.events import Event
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 SESSION = str(UUID(int=7))

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from memledger_platform.readmodel.projection import Projection, event_from, event_of
+from memledger_platform.events import VECTOR, decode
+from memledger_platform.readmodel.projection import Projection
 from memledger_platform.readmodel.temporal import Version, as_of
 
 TENANT, SPACE, ACTOR = "acme", "notes", "tester"
@@ -34,7 +35,7 @@ def envelope(position: int, event_type: str, payload: dict[str, Any], *, recorde
 def fold(*documents: dict[str, Any]) -> Projection:
     projection = Projection()
     for document in documents:
-        projection.apply(event_from(document))
+        projection.apply(decode(document))
     return projection
 
 
@@ -182,7 +183,7 @@ def test_archiving_leaves_the_rows_alone_and_records_its_position() -> None:
 def test_a_redelivered_event_is_ignored(again: dict[str, Any]) -> None:
     projection = fold(*STORY)
     rows, changes = list(projection.rows[KEY]), list(projection.changes)
-    projection.apply(event_from(again))
+    projection.apply(decode(again))
     assert projection.rows[KEY] == rows
     assert projection.changes == changes
     assert projection.position == 3
@@ -221,7 +222,8 @@ def test_a_stored_embedding_is_parsed_without_its_vector_which_is_never_opened()
         opened.append(dict(parsed["payload"]))
         return parsed
 
-    event = event_of(4, at(2025, 4), orjson.dumps(stored), opener)
+    event = decode(orjson.dumps(stored), position=4, recorded_at=at(2025, 4), opener=opener,
+                   skip=VECTOR)
 
     assert opened == [{"item_id": ALICE, "item_version": 3, "model": "m"}]
     assert event.payload == opened[0]
@@ -246,10 +248,10 @@ def test_a_retrieval_is_the_subject_of_its_change_row() -> None:
 
 
 def test_event_from_decodes_iso_times_into_aware_datetimes() -> None:
-    event = event_from(CORRECTED)
+    event = decode(CORRECTED)
     assert event.recorded_at == datetime(2025, 3, 1, 9, tzinfo=UTC)
     assert (event.valid_from, event.valid_to) == (at(2021), at(2022))
-    assert event_from(MOVED_LATE).valid_to is None
+    assert decode(MOVED_LATE).valid_to is None
 
 
 # --- a valid interval that holds nowhere ---------------------------------------------------

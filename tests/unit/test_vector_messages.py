@@ -10,10 +10,11 @@ import pytest
 
 from memledger_platform.crypto import ERASED
 from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.events import decode
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, in_scope
 from memledger_platform.vectorindex.sparse import encode_query
-from memledger_vectors.fold import VectorFold, vector_event
+from memledger_vectors.fold import VectorFold
 from memledger_vectors.messages import point_id_of
 
 TENANT, SPACE, MODEL = "acme", "notes", HashingEmbedder.model_id
@@ -65,7 +66,7 @@ class Projected:
 
     def apply(self, *documents: dict[str, Any]) -> "Projected":
         for document in documents:
-            self.fold.apply(vector_event(document))
+            self.fold.apply(decode(document))
         upserts, gone = self.fold.take()
         self.index.upsert(upserts)
         self.index.delete(gone)
@@ -183,7 +184,7 @@ def test_redelivering_a_suffix_of_the_log_leaves_exactly_the_same_points() -> No
 
 def test_an_erased_subjects_message_leaves_the_index_and_is_never_written_back() -> None:
     projected = Projected().apply(appended(3), appended(4, REPLY, subject="scribe"))
-    projected.fold.apply(vector_event(embedded(5)))  # folded, not yet written
+    projected.fold.apply(decode(embedded(5)))  # folded, not yet written
     assert projected.index.delete_subject(TENANT, "dana") == 1
     projected.fold.forget_subject(TENANT, "dana")
     projected.apply()
@@ -243,3 +244,9 @@ def test_after_a_restart_the_turns_before_are_read_back_from_the_index() -> None
         appended(5, THIRD, content="Big step"))
     assert restarted.point(THIRD).sparse == whole.point(THIRD).sparse
     assert keyword_hits(restarted, "research") == sorted([HELLO, REPLY, THIRD])
+
+
+def test_an_embedding_whose_subject_was_erased_before_it_was_folded_is_left_out() -> None:
+    erased = embedded(4)
+    erased["payload"]["vector"] = None
+    assert Projected().apply(appended(3), erased).point().vector is None

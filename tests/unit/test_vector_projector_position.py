@@ -77,6 +77,14 @@ async def test_the_position_moves_only_once_the_batch_is_in_the_index() -> None:
     assert message.acked
 
 
+async def test_a_position_already_reached_answers_at_once_even_with_no_time_to_wait() -> None:
+    """``wait_ms: 0`` asks "is it there now?": once the index holds position 7, yes."""
+    projector = VectorProjector(Subjects("t"), InMemoryVectorIndex(), HashingEmbedder.model_id)
+    await projector.handle([asserted(7)])  # type: ignore[list-item]
+    assert await projector.wait_for(7, 0)
+    assert not await projector.wait_for(8, 0)
+
+
 class RecordedPositions:
     """Where the projector records the position it has written (PostgreSQL, in production),
     with what the index held at each record."""

@@ -17,6 +17,7 @@ from memledger_client.results import (
     SearchHit,
     WriteResult,
 )
+from memledger_schemas.event_types import EventType
 
 
 class Answer(BaseModel):
@@ -181,8 +182,8 @@ def _degraded(answer: SearchAnswer | ContextAnswer) -> dict[str, Any]:
             "stale_age_seconds": answer.stale_age_seconds}
 
 
-ENRICHMENT = frozenset({"memory.embedded", "memory.entities_extracted",
-                        "conversation.message_embedded"})
+ENRICHMENT = frozenset({EventType.MEMORY_EMBEDDED, EventType.ENTITIES_EXTRACTED,
+                        EventType.MESSAGE_EMBEDDED})
 """Bookkeeping of the enricher (vectors, mentions): left out of what an agent is shown."""
 
 

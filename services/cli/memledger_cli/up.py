@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import sys
+import time
 
 from pydantic import SecretStr
 
@@ -21,9 +22,12 @@ from memledger_platform.keyring_postgres import ensure_master_key
 from memledger_platform.lifecycle import run_service, run_until_signalled
 from memledger_platform.nats_permissions import CLIENT
 from memledger_platform.settings import Settings
+from memledger_platform.vectorindex.port import IndexUnavailable, VectorIndex
 
 ADMIN_KEY_FILE = "admin.key"
 CHILDREN = ("relay", "projector", "vectors", "enricher", "lifecycle")
+INDEX_START_SECONDS = 180.0
+"""How long ``up`` waits for the vectors service's index to answer before giving up."""
 """The services ``up`` runs as child processes (ingest and query run in its own)."""
 
 
@@ -59,6 +63,7 @@ def up(settings: Settings) -> None:
                 name, _child_argv(name), _child_env(started.endpoints(name), settings),
                 children_stop)) for name in CHILDREN]
             query = await asyncio.to_thread(build_query, settings, started.postgres_dsn)
+            await _index_serving(query.index, stop)
             recording = asyncio.create_task(query.record_retrievals(
                 settings, started.nats_url("query"), children_stop))
             try:
@@ -75,6 +80,21 @@ def up(settings: Settings) -> None:
         run_service(run_until_signalled(services,
                                         grace_seconds=2 * settings.stop_grace_seconds))
     print("memledger: stopped", file=sys.stderr, flush=True)
+
+
+async def _index_serving(index: VectorIndex, stop: asyncio.Event,
+                         seconds: float = INDEX_START_SECONDS) -> None:
+    """Until the vectors service's index answers: ``up`` is ready (``/health``, the banner)
+    only once a search can be."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(index.count)
+            return
+        except IndexUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def _child_argv(command: str) -> list[str]:

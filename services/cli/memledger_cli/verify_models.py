@@ -22,11 +22,11 @@ import psycopg
 from psycopg import IsolationLevel, sql
 
 from memledger_platform.crypto import ERASED
+from memledger_platform.events import VECTOR, decode
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.port import Committed, IdempotentResult
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import event_of
 from memledger_projector.core import rebuild, store
 from memledger_query.core.vector_summary import Digests, Row, micros, summarize
 
@@ -192,7 +192,8 @@ def _catch_up(conn: psycopg.Connection[Any], event_store: EventStore, target: st
         if not batch:
             return
         with conn.transaction():
-            store.apply_to(conn, target, [event_of(e.position, e.recorded_at, e.data)
+            store.apply_to(conn, target, [decode(e.data, position=e.position,
+                                                 recorded_at=e.recorded_at, skip=VECTOR)
                                           for e in batch])
 
 

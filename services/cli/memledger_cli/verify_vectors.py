@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import orjson
 
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.events import decode
 from memledger_platform.eventstore import EventStore
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core.vector_summary import (
@@ -31,7 +31,7 @@ from memledger_query.core.vector_summary import (
     summarize,
 )
 from memledger_schemas.api.vectors import SUMMARY_PATH
-from memledger_vectors.fold import EVENT_TYPES, VectorFold, vector_event
+from memledger_vectors.fold import EVENT_TYPES, VectorFold
 
 Progress = Callable[[int, int], None]
 _BATCH = 2_000
@@ -122,7 +122,7 @@ def redrive(index: VectorIndex, store: EventStore, model: str,
     while batch := store.read_all(after, _BATCH):
         for event in batch:
             if event.event_type in EVENT_TYPES:
-                fold.apply(vector_event(orjson.loads(event.document())))
+                fold.apply(decode(event.document()))
                 applied += 1
         upserts, gone = fold.take()
         index.upsert(upserts)

@@ -18,6 +18,7 @@ from uuid import UUID
 
 from memledger_enricher.extraction import Extraction, extract
 from memledger_platform.crypto import ERASED
+from memledger_platform.events import Event
 from memledger_platform.vectorindex.port import message_text
 from memledger_schemas.commands import (
     CommandBase,
@@ -26,10 +27,14 @@ from memledger_schemas.commands import (
     RecordMessageEmbedding,
     RecordPreference,
 )
+from memledger_schemas.event_types import EventType
 from memledger_schemas.events import ExtractedEntity
 
-EVENT_TYPES = ("memory.asserted", "memory.revised", "conversation.message_appended")
+EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.MESSAGE_APPENDED)
 """The events the enricher reads; it ignores every other (including its own results)."""
+EMBEDDED = EventType.MEMORY_EMBEDDED
+"""Read too, to skip what is embedded already: an import records an item's embedding in the
+same commit as the item, just after it (``embedded_already``)."""
 
 EXTRACTOR = "mentions/v1"
 ACTOR = "enricher"
@@ -75,31 +80,45 @@ class Source:
         return self.session_id is None
 
 
-def source_of(document: dict[str, Any]) -> Source | None:
+def source_of(event: Event) -> Source | None:
     """The text an event carries worth enriching, or ``None``."""
-    payload = document["payload"]
-    event_type = document["event_type"]
-    if payload.get("content") == ERASED or payload.get("text") == ERASED:
-        return None  # erased before it was enriched: nothing left to learn from
-    if event_type in ("memory.asserted", "memory.revised"):
-        if not payload.get("content"):
-            return None  # a revision of attributes only: the embedding still holds
-        return _source(document, UUID(str(payload["item_id"])), int(document["stream_version"]),
-                       payload["content"])
-    if event_type == "conversation.message_appended":
-        text = payload.get("content", payload.get("text"))
-        if not text:
-            return None
-        return replace(_source(document, UUID(str(payload["message_id"])), None, text),
+    payload = event.payload
+    text = payload.get("content")
+    if not text or text == ERASED:
+        # Erased before it was enriched (nothing left to learn from), or a revision of
+        # attributes only (the embedding still holds).
+        return None
+    if event.event_type == EventType.MESSAGE_APPENDED:
+        return replace(_source(event, UUID(str(payload["message_id"])), None, text),
                        session_id=UUID(str(payload["session_id"])), role=payload.get("role"),
                        participant=payload.get("participant"))
+    if event.event_type in (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED):
+        return _source(event, UUID(str(payload["item_id"])), event.stream_version, text)
     return None
 
 
-def _source(document: dict[str, Any], item_id: UUID, version: int | None, text: str) -> Source:
-    return Source(document["tenant_id"], document["space_id"], item_id, version, text,
-                  document.get("correlation_id") or str(document["event_id"]),
-                  document.get("subject_id"), document.get("key_id"))
+def _source(event: Event, item_id: UUID, version: int | None, text: str) -> Source:
+    return Source(event.tenant_id, event.space_id, item_id, version, text,
+                  event.correlation_id or event.event_id, event.subject_id, event.key_id)
+
+
+Embedded = tuple[str, UUID, int]
+"""(tenant, item id, item version) of an embedding."""
+
+
+def embedding_of(event: Event, model: str) -> Embedded | None:
+    """What a ``memory.embedded`` event embedded, if it is of ``model``."""
+    payload = event.payload
+    if event.event_type != EMBEDDED or payload.get("model") != model:
+        return None
+    return event.tenant_id, UUID(str(payload["item_id"])), int(payload["item_version"])
+
+
+def embedded_already(source: Source, embedded: set[Embedded]) -> bool:
+    """Whether ``source`` is an item version whose embedding for the enricher's model is in
+    ``embedded`` (an import's): it is not embedded again."""
+    return source.session_id is None and source.item_version is not None and (
+        source.tenant, source.item_id, source.item_version) in embedded
 
 
 def commands_for(source: Source, vector: list[float] | None, model: str) -> list[CommandBase]:

@@ -1,12 +1,13 @@
 """The enricher's JetStream consumer: memory and conversation events → embeddings, extracted
 preferences and entity mentions, recorded back through ingest as commands.
 
-Acknowledgement policy: a fetched batch is embedded in one model call (in a worker thread, so
-the event loop keeps the consumer's heartbeat), its commands are sent to intake, and the events
-are acked once every command has a committed result (or was refused, which intake has already
-dead-lettered with the reason). If ingest does not answer in time, or the model fails, the batch
-is nak'd and comes back later; the commands carry deterministic idempotency keys, so sending them
-again records nothing twice. Writes never wait for any of this: the enricher runs behind the log.
+Acknowledgement policy (the platform consumer's, unordered): a fetched batch is embedded in
+one model call (in a worker thread, so the event loop keeps the consumer's heartbeat), its
+commands are sent to intake, and the events are acked once every command has a committed result
+(or was refused, which intake has already dead-lettered with the reason). If ingest does not
+answer in time, or the model fails, the batch is nak'd and comes back later; the commands carry
+deterministic idempotency keys, so sending them again records nothing twice. Writes never wait
+for any of this: the enricher runs behind the log.
 """
 
 import asyncio
@@ -14,22 +15,29 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-import orjson
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from memledger_enricher.plan import EVENT_TYPES, Source, commands_for, source_of
-from memledger_platform import logs, telemetry
-from memledger_platform.bus import fetch_ready
+from memledger_enricher.plan import (
+    EMBEDDED,
+    EVENT_TYPES,
+    Embedded,
+    Source,
+    commands_for,
+    embedded_already,
+    embedding_of,
+    source_of,
+)
+from memledger_platform import logs
+from memledger_platform.consumer import Batch, Consumer, Handling, Subscription, Transient
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import Embedder, Vector
+from memledger_platform.events import VECTOR, Event, decode
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
-_tracer = telemetry.tracer(__name__)
 
 DURABLE = "enricher"
 ACK_WAIT_SECONDS = 120.0
@@ -37,81 +45,71 @@ RETRY_DELAY_SECONDS = 5.0
 
 
 class Enricher:
+    """The enricher: a ``Consumer`` of the memory and conversation events with ``Enrichment``."""
+
     def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
                  intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE,
                  opener: Opener | None = None, in_flight: int = 3) -> None:
-        self._js = js
-        self._subjects = subjects
+        self._enrichment = Enrichment(embedder, intake, opener or Opener(None))
+        # Up to ``in_flight`` batches at once: while ingest records one, the next is embedded.
+        # Their order does not matter: each command is keyed by the item version it is for.
+        self._consumer = Consumer(js, subjects, Subscription(
+            name="enricher", stream=subjects.events_stream, durable=durable,
+            subject=subjects.all_events,
+            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}"
+                                  for t in (*EVENT_TYPES, EMBEDDED)),
+            batch=batch, ack_wait=ACK_WAIT_SECONDS, ordered=False, in_flight=in_flight,
+            nak_delay=RETRY_DELAY_SECONDS), self._enrichment)
+
+    @property
+    def enriched(self) -> int:
+        return self._enrichment.enriched
+
+    @property
+    def refused(self) -> int:
+        return self._enrichment.refused
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set (a batch still waiting on ingest is then given back,
+        to be enriched again, with the same idempotency keys, after the restart)."""
+        await self._consumer.run(stop)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Enrich fetched messages and settle every one of them."""
+        await self._consumer.handle(msgs)
+
+
+class Enrichment(Handling):
+    """Embeds and extracts what a batch of events holds, and records it through ingest (the
+    consumer's handler). The commands it sends carry the batch's span."""
+
+    def __init__(self, embedder: Embedder, intake: IntakeClient, opener: Opener) -> None:
         self._embedder = embedder
         self._intake = intake
-        self._batch = batch
-        self._in_flight = in_flight
+        self._open = opener
         # One model call at a time: two at once would only share the same cores.
         self._model = asyncio.Lock()
-        self._durable = durable
-        self._open = opener or Opener(None)
         self.enriched = 0
         self.refused = 0
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set."""
-        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES]
-        sub = await self._js.pull_subscribe(
-            self._subjects.all_events, durable=self._durable, stream=self._subjects.events_stream,
-            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_SECONDS,
-                                  deliver_policy=DeliverPolicy.ALL, filter_subjects=filters,
-                                  max_ack_pending=self._batch * (self._in_flight + 1)))
-        # Up to ``in_flight`` batches at once: while ingest records one, the next is embedded.
-        # Their order does not matter: each command is keyed by the item version it is for.
-        under_way: set[asyncio.Task[None]] = set()
-        try:
-            while not stop.is_set():
-                if len(under_way) >= self._in_flight:
-                    await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                msgs = await fetch_ready(sub, self._batch, wait=0.5)
-                if msgs:
-                    task = asyncio.create_task(self._handle_unless_stopped(msgs, stop))
-                    under_way.add(task)
-                    task.add_done_callback(under_way.discard)
-        finally:
-            await asyncio.gather(*under_way, return_exceptions=True)
-
-    async def _handle_unless_stopped(self, msgs: list[Msg], stop: asyncio.Event) -> None:
-        # A batch waiting on ingest must not hold up a shutdown: give it back (nak) instead,
-        # to be enriched again, with the same idempotency keys, after the restart.
-        handling = asyncio.ensure_future(self.handle(msgs))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({handling, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not handling.done():
-            handling.cancel()
-            await asyncio.gather(handling, return_exceptions=True)
-            await asyncio.gather(*(m.nak() for m in msgs), return_exceptions=True)
-
-    async def handle(self, msgs: list[Msg]) -> None:
-        """Enrich a fetched batch and settle every message of it. The commands it sends carry
-        the batch's span (the child of the one event's, or linked to each)."""
-        with telemetry.consuming(_tracer, "enricher", msgs):
-            await self._handle_batch(msgs)
-
-    async def _handle_batch(self, msgs: list[Msg]) -> None:
-        sources = [source for source in (_source(m, self._open) for m in msgs)
+    async def handle(self, batch: Batch) -> None:
+        model = self._embedder.model_id
+        events = [e for e in (_event(m, self._open) for m in batch.pending) if e is not None]
+        embedded = {found for e in events if (found := embedding_of(e, model)) is not None}
+        sources = [source for source in (source_of(e) for e in events if e.event_type != EMBEDDED)
                    if source is not None]
         try:
-            commands = await self._commands(sources)
-            for tenant, batch in _by_tenant(commands).items():
-                self._count(await self._intake.send(tenant, batch))
+            commands = await self._commands(sources, embedded)
+            for tenant, grouped in _by_tenant(commands).items():
+                self._count(await self._intake.send(tenant, grouped))
         except Exception as error:  # the model or ingest failed: all of it comes back later
-            log.warning("enricher will retry %d events in %.0fs: %r", len(msgs),
-                        RETRY_DELAY_SECONDS, error)
-            await asyncio.gather(*(m.nak(delay=RETRY_DELAY_SECONDS) for m in msgs))
-            return
+            raise Transient(f"enricher: {error!r}") from error
         self.enriched += len(sources)
-        await asyncio.gather(*(m.ack() for m in msgs))
 
-    async def _commands(self, sources: list[Source]) -> list[tuple[str, CommandBase]]:
-        embedding = [s for s in sources if s.embeds]
+    async def _commands(self, sources: list[Source], embedded: set[Embedded]
+                        ) -> list[tuple[str, CommandBase]]:
+        # an import's item version comes with its embedding: not embedded again
+        embedding = [s for s in sources if s.embeds and not embedded_already(s, embedded)]
         vectors: list[Vector] = []
         if embedding:
             async with self._model:
@@ -130,9 +128,9 @@ class Enricher:
                 log.error("enricher command refused: %s", result["error"].get("message"))
 
 
-def _source(msg: Msg, opener: Opener) -> Source | None:
+def _event(msg: Msg, opener: Opener) -> Event | None:
     try:
-        return source_of(opener(orjson.loads(msg.data)))
+        return decode(msg.data, opener=opener, skip=VECTOR)
     except (ValueError, KeyError, TypeError) as error:
         # Undecodable here means the projector dead-letters it too; enrichment skips it.
         with logs.bound_event(msg.headers, msg.data):

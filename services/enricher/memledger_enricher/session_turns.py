@@ -4,17 +4,13 @@ enricher sees is already committed there), opened with the subjects' keys.
 """
 
 from abc import ABC, abstractmethod
-from datetime import datetime
-from typing import Any
 from uuid import UUID
-
-import orjson
 
 from memledger_enricher.extractor import Turn
 from memledger_platform.crypto import ERASED, Opener
+from memledger_platform.events import Event, decode
 from memledger_platform.eventstore import EventStore
-
-MESSAGE = "conversation.message_appended"
+from memledger_schemas.event_types import EventType
 
 
 class SessionTurns(ABC):
@@ -33,23 +29,22 @@ class EventStoreTurns(SessionTurns):
         events = self._store.read_streams([stream_id]).get(stream_id, [])
         found = []
         for event in events:
-            if event.event_type != MESSAGE or event.stream_version > up_to_version:
+            if (event.event_type != EventType.MESSAGE_APPENDED
+                    or event.stream_version > up_to_version):
                 continue
-            document = self._open(orjson.loads(event.data))
-            turn = turn_of(document) if document.get("tenant_id") == tenant else None
+            said = decode(event.data, position=event.position, recorded_at=event.recorded_at,
+                          opener=self._open)
+            turn = turn_of(said) if said.tenant_id == tenant else None
             if turn is not None:
                 found.append(turn)
         return found
 
 
-def turn_of(document: dict[str, Any]) -> Turn | None:
-    """The turn a ``conversation.message_appended`` document holds (``None``: erased)."""
-    payload = document["payload"]
-    text = payload.get("content", payload.get("text"))
+def turn_of(message: Event) -> Turn | None:
+    """The turn a ``conversation.message_appended`` event holds (``None``: erased)."""
+    payload = message.payload
+    text = payload["content"]
     if not text or text == ERASED:
         return None
-    said = document.get("valid_from")
     return Turn(UUID(str(payload["message_id"])), str(payload["role"]), str(text),
-                payload.get("participant"),
-                datetime.fromisoformat(said) if isinstance(said, str) else said,
-                document.get("subject_id"))
+                payload.get("participant"), message.valid_from, message.subject_id)

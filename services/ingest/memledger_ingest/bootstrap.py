@@ -16,11 +16,13 @@ from starlette.types import ASGIApp
 
 from memledger_ingest.core.erasure import Erasure
 from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits, WriterTuning
+from memledger_ingest.domain.targets import IndexModel
 from memledger_ingest.entrypoints import grpc_api
 from memledger_ingest.entrypoints.http import behind, create_app
 from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import open_gate
+from memledger_platform.embedding import factory as embedders
 from memledger_platform.endpoints import Endpoints, endpoints_from
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import PostgresKeyring, keyring_for
@@ -69,10 +71,17 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
                           settings.writer_commit_timeout_seconds)
     tuning = WriterTuning(linger_seconds=settings.writer_linger_ms / 1000,
                           clock_skew_seconds=settings.clock_skew_seconds)
-    writer = GroupCommitWriter(store, limits=limits, tuning=tuning, keyring=keyring)
+    writer = GroupCommitWriter(store, limits=limits, tuning=tuning, keyring=keyring,
+                               index=_index_model(settings))
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
     return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool,
                          endpoints.postgres_dsn)
+
+
+def _index_model(settings: Settings) -> IndexModel:
+    """The model of the vector index the vectors service keeps (imports must match it)."""
+    model = embedders.model_of(settings)
+    return IndexModel(model.model_id, model.dims)
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event,

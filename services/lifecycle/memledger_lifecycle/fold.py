@@ -29,36 +29,26 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memledger_platform.readmodel.projection import Event, layer_of
+from memledger_lifecycle.items import STATUSES, Item, ItemsView, ItemTable, micros
+from memledger_lifecycle.spill import VectorSpill
+from memledger_platform.events import Event
+from memledger_platform.readmodel.projection import layer_of
+from memledger_schemas.event_types import EventType
+
+__all__ = ["Archive", "Consolidation", "Item", "LifecycleFold", "Policy", "fold"]
 
 EVENT_TYPES = (
-    "space.policy_set", "session.started", "session.ended", "conversation.message_appended",
-    "memory.asserted", "memory.revised", "memory.reaffirmed", "memory.retracted",
-    "memory.superseded", "memory.archived", "memory.promoted", "memory.merged",
-    "memory.embedded", "subject.erased")
+    EventType.SPACE_POLICY_SET, EventType.SESSION_STARTED, EventType.SESSION_ENDED,
+    EventType.MESSAGE_APPENDED, EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED,
+    EventType.MEMORY_REAFFIRMED, EventType.MEMORY_RETRACTED, EventType.MEMORY_SUPERSEDED,
+    EventType.MEMORY_ARCHIVED, EventType.MEMORY_PROMOTED, EventType.MEMORY_MERGED,
+    EventType.MEMORY_EMBEDDED, EventType.SUBJECT_ERASED)
 """What the fold reads; every other event is ignored."""
 
 _DAY = 86_400.0
-
-
-@dataclass
-class Item:
-    tenant: str
-    space: str
-    item_id: str
-    kind: str
-    layer: str
-    session: str | None
-    created_position: int
-    reinforced_at: datetime
-    importance: float
-    confidence: float
-    version: int = 1
-    content_version: int = 1
-    status: str = "active"
-    vector: "npt.NDArray[np.float32] | None" = None
-    subject: str | None = None
-    """The data subject of its content: erasing it drops the vector held here."""
+_MARGIN = 1e-4
+"""How far below the threshold a block's similarity may fall and still be computed again
+one by one: a matrix product may round its last bit differently from a single dot product."""
 
 
 @dataclass
@@ -110,30 +100,47 @@ class Consolidation:
 
 @dataclass
 class LifecycleFold:
-    items: dict[tuple[str, str], Item] = field(default_factory=dict)
+    """The fold's state. Items are rows of an ``ItemTable`` (``items`` reads them as
+    snapshots) and their vectors live in a ``VectorSpill`` (``spill_dir``: where its scratch
+    file goes; the system's temporary directory if None), so what stays in memory per item is
+    its id and a few numbers."""
+
+    spill_dir: str | None = None
     sessions: dict[tuple[str, str], Session] = field(default_factory=dict)
     policies: dict[tuple[str, str], list[Policy]] = field(default_factory=dict)
     found: list[Consolidation] = field(default_factory=list)
     """Near-duplicates seen so far and not yet taken (``take_consolidations``)."""
     position: int = 0
+    table: ItemTable = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = ItemTable(VectorSpill(self.spill_dir))
+
+    @property
+    def items(self) -> ItemsView:
+        """Every item by (tenant, item id), as snapshots (each read on access)."""
+        return ItemsView(self.table)
 
     def apply(self, e: Event, subject_id: str | None = None) -> None:
-        """Fold one event; ``subject_id`` is its envelope's (the data subject)."""
+        """Fold one event; ``subject_id``: its data subject, when not the envelope's."""
         if e.position <= self.position:
             return
-        if e.event_type == "subject.erased":
+        if e.event_type == EventType.SUBJECT_ERASED:
             self._erased(e.tenant_id, str(e.payload["subject_id"]))
-        elif e.event_type == "memory.asserted":
-            _asserted(self, e)
-            self.items[(e.tenant_id, str(e.payload["item_id"]))].subject = subject_id
+        elif e.event_type == EventType.MEMORY_ASSERTED:
+            _asserted(self, e, e.subject_id if subject_id is None else subject_id)
         elif (handler := _HANDLERS.get(e.event_type)) is not None:
             handler(self, e)
         self.position = e.position
 
     def _erased(self, tenant: str, subject: str) -> None:
-        for item in self.items.values():
-            if item.tenant == tenant and item.subject == subject:
-                item.vector = None
+        t, names = self.table, self.table.names
+        rows = np.flatnonzero((t.column("tenant") == names.find(tenant))
+                              & (t.column("subject") == names.find(subject))
+                              & (t.column("dims") > 0))
+        for row in rows:
+            t.vectors.erase(int(t.col["dims"][row]), int(t.col["record"][row]))
+            t.set(int(row), dims=0, record=0)
 
     def take_consolidations(self) -> list[Consolidation]:
         """The near-duplicates found since the last call whose two items are still active
@@ -144,24 +151,42 @@ class LifecycleFold:
 
     def archives(self, now: datetime) -> list[Archive]:
         """What the policies archive at ``now``, in item order (a pure function of the fold
-        and ``now``)."""
+        and ``now``). One item's snapshot is made at a time, so a pass holds little beside
+        what it decides."""
         decided: dict[str, Archive] = {}
-        survivors: dict[tuple[str, str], list[tuple[float, int, Item, Policy]]] = {}
-        for item in sorted(self.items.values(), key=lambda i: (i.tenant, i.item_id)):
+        survivors: dict[tuple[str, str], list[tuple[float, int, str, Policy]]] = {}
+        for row in self._candidates():
+            item = self.table.item(row)
             policy = self._governing(item)
-            if item.status != "active" or item.layer == "ecosystem" or policy is None:
+            if policy is None:
                 continue
             found = self._expired(item, policy, now)
             if found is not None:
                 decided[item.item_id] = Archive(item.tenant, item.space, item.item_id,
                                                 policy.version, *found)
-                continue
-            strength = _strength(item, policy, now)
-            survivors.setdefault((item.tenant, item.space), []).append(
-                (strength, item.created_position, item, policy))
+            elif self._limited(item.tenant, item.space):
+                survivors.setdefault((item.tenant, item.space), []).append(
+                    (_strength(item, policy, now), item.created_position, item.item_id,
+                     policy))
         for (tenant, space), kept in survivors.items():
             decided.update(self._over_limit(tenant, space, kept))
         return sorted(decided.values(), key=lambda a: (a.tenant, a.item_id))
+
+    def _candidates(self) -> list[int]:
+        """The active rows outside the ecosystem layer, in (tenant, item id) order."""
+        t = self.table
+        keep = (t.column("status") == 0) & (t.column("layer") != t.names.find("ecosystem"))
+        rows: list[int] = []
+        for tenant in sorted(t.rows):
+            mine = np.fromiter(t.rows[tenant].values(), dtype=np.int64)
+            mine = mine[keep[mine]]
+            ids = np.array([t.ids[r] for r in mine], dtype=object)
+            rows.extend(int(r) for r in mine[np.argsort(ids, kind="stable")])
+        return rows
+
+    def _limited(self, tenant: str, space: str) -> bool:
+        versions = self.policies.get((tenant, space), [])
+        return bool(versions and versions[-1].values.get("max_items"))
 
     # --- policy --------------------------------------------------------------------------
 
@@ -197,43 +222,83 @@ class LifecycleFold:
         return None
 
     def _over_limit(self, tenant: str, space: str,
-                    kept: list[tuple[float, int, Item, Policy]]) -> dict[str, Archive]:
+                    kept: list[tuple[float, int, str, Policy]]) -> dict[str, Archive]:
         versions = self.policies.get((tenant, space), [])
         limit = versions[-1].values.get("max_items") if versions else None
         if not limit or len(kept) <= limit:
             return {}
         # The weakest go first; the older of two equally strong ones.
         weakest = sorted(kept, key=lambda k: (k[0], k[1]))[:len(kept) - limit]
-        return {item.item_id: Archive(
-            tenant, space, item.item_id, policy.version, "max_items",
+        return {item_id: Archive(
+            tenant, space, item_id, policy.version, "max_items",
             f"over max_items {limit}: among the weakest of the space "
-            f"(policy v{policy.version})") for _, _, item, policy in weakest}
+            f"(policy v{policy.version})") for _, _, item_id, policy in weakest}
 
     # --- consolidation ---------------------------------------------------------------------
 
-    def _consolidate(self, item: Item) -> None:
-        versions = self.policies.get((item.tenant, item.space), [])
+    def _consolidate(self, row: int, vector: npt.NDArray[np.float32]) -> None:
+        tenant, space = self.table.text(row, "tenant") or "", self.table.text(row, "space") or ""
+        versions = self.policies.get((tenant, space), [])
         policy = versions[-1] if versions else None
         action = policy.values.get("consolidation", "off") if policy else "off"
-        if policy is None or action == "off" or item.vector is None:
+        if policy is None or action == "off":
             return
         threshold = float(policy.values.get("merge_cosine", 0.92))
-        best: tuple[float, str] | None = None
-        for other in self.items.values():
-            if (other is item or other.vector is None or other.status != "active"
-                    or (other.tenant, other.space, other.layer, other.session)
-                    != (item.tenant, item.space, item.layer, item.session)):
-                continue
-            similarity = float(other.vector @ item.vector)
-            if similarity >= threshold and (best is None or (similarity, other.item_id) > best):
-                best = (similarity, other.item_id)
+        best = self._nearest(row, vector, threshold)
         if best is not None:
-            self.found.append(Consolidation(item.tenant, item.space, item.item_id, best[1],
+            self.found.append(Consolidation(tenant, space, self.table.ids[row], best[1],
                                             round(best[0], 6), policy.version, action))
 
+    def _nearest(self, row: int, vector: npt.NDArray[np.float32], threshold: float
+                 ) -> tuple[float, str] | None:
+        """The most similar active item of ``row``'s scope at or above ``threshold`` (the
+        greater id of two as similar), read from the spill a block at a time."""
+        t = self.table
+        same = t.column("status") == 0
+        for name in ("tenant", "space", "layer", "session"):
+            same &= t.column(name) == t.col[name][row]
+        same &= t.column("dims") == vector.shape[0]
+        same[row] = False
+        rows = np.flatnonzero(same)
+        rows = rows[np.argsort(t.column("record")[rows], kind="stable")]
+        best: tuple[float, str] | None = None
+        for at, block in t.vectors.scan(vector.shape[0], t.column("record")[rows]):
+            for j in np.flatnonzero(block @ vector >= threshold - _MARGIN):
+                similarity = float(block[j] @ vector)  # as one dot product, exactly
+                item_id = t.ids[int(rows[at[j]])]
+                if similarity >= threshold and (best is None or (similarity, item_id) > best):
+                    best = (similarity, item_id)
+        return best
+
+    # --- what the themes and learned importance read -----------------------------------
+
+    def active_space(self, tenant: str, item_id: str) -> str | None:
+        """The space of an active item; None if it is not active (or unknown)."""
+        row = self.table.row(tenant, item_id)
+        if row is None or self.table.col["status"][row] != 0:
+            return None
+        return self.table.text(row, "space")
+
+    def space_vectors(self, tenant: str, space: str) -> list[tuple[str, npt.NDArray[np.float32]]]:
+        """The active items of a space that have a vector, oldest first, with their vectors
+        (read from the spill: held only while the caller holds them)."""
+        t, names = self.table, self.table.names
+        rows = np.flatnonzero((t.column("tenant") == names.find(tenant))
+                              & (t.column("space") == names.find(space))
+                              & (t.column("status") == 0) & (t.column("dims") > 0))
+        found: list[tuple[int, str, npt.NDArray[np.float32]]] = []
+        for dims in np.unique(t.column("dims")[rows]):
+            mine = rows[t.column("dims")[rows] == dims]
+            mine = mine[np.argsort(t.column("record")[mine], kind="stable")]
+            for at, block in t.vectors.scan(int(dims), t.column("record")[mine]):
+                found.extend((int(t.col["created"][mine[i]]), t.ids[mine[i]], block[j])
+                             for j, i in enumerate(at))
+        found.sort(key=lambda f: f[0])
+        return [(item_id, vector) for _, item_id, vector in found]
+
     def _active(self, tenant: str, item_id: str) -> bool:
-        item = self.items.get((tenant, item_id))
-        return item is not None and item.status == "active"
+        row = self.table.row(tenant, item_id)
+        return row is not None and self.table.col["status"][row] == 0
 
 
 def _half_life(item: Item, policy: Policy) -> float | None:
@@ -267,96 +332,99 @@ def _session_ended(f: LifecycleFold, e: Event) -> None:
 
 
 def _message(f: LifecycleFold, e: Event) -> None:
-    session = f.sessions.get((e.tenant_id, str(e.payload["session_id"])))
+    _touch(f, e.tenant_id, str(e.payload["session_id"]), e.recorded_at)
+
+
+def _touch(f: LifecycleFold, tenant: str, session_id: str, at: datetime) -> None:
+    session = f.sessions.get((tenant, session_id))
     if session is not None:
-        session.last_activity = e.recorded_at
+        session.last_activity = at
 
 
-def _asserted(f: LifecycleFold, e: Event) -> None:
-    p = e.payload
-    f.items[(e.tenant_id, str(p["item_id"]))] = Item(
-        e.tenant_id, e.space_id, str(p["item_id"]), p["kind"], layer_of(e), e.session_id,
-        e.position, e.recorded_at, float(p.get("importance", 0.5)),
-        float(p.get("confidence", 1.0)))
-    _active_in_session(f, e)
-
-
-def _active_in_session(f: LifecycleFold, e: Event) -> None:
+def _asserted(f: LifecycleFold, e: Event, subject_id: str | None) -> None:
+    p, t = e.payload, f.table
+    t.add(e.tenant_id, str(p["item_id"]), space=t.code(e.space_id), kind=t.code(p["kind"]),
+          layer=t.code(layer_of(e)), session=t.code(e.session_id), subject=t.code(subject_id),
+          created=e.position, reinforced=micros(e.recorded_at),
+          importance=float(p.get("importance", 0.5)),
+          confidence=float(p.get("confidence", 1.0)), version=1, content_version=1)
     if e.session_id is not None:
-        _message(f, Event(e.position, e.recorded_at, e.event_type, e.event_id, e.tenant_id,
-                          e.space_id, e.actor, e.session_id, e.agent_id, None, None,
-                          {"session_id": e.session_id}))
+        _touch(f, e.tenant_id, e.session_id, e.recorded_at)
 
 
-def _item_event(change: Callable[[Item, Event], None]) -> Callable[[LifecycleFold, Event], None]:
+def _item_event(change: Callable[[LifecycleFold, int, Event], None]
+                ) -> Callable[[LifecycleFold, Event], None]:
     def handle(f: LifecycleFold, e: Event) -> None:
-        item = f.items.get((e.tenant_id, str(e.payload["item_id"])))
-        if item is not None:
-            item.version += 1
-            change(item, e)
+        row = f.table.row(e.tenant_id, str(e.payload["item_id"]))
+        if row is not None:
+            f.table.col["version"][row] += 1
+            change(f, row, e)
     return handle
 
 
-def _revised(item: Item, e: Event) -> None:
-    p = e.payload
+def _revised(f: LifecycleFold, row: int, e: Event) -> None:
+    p, t = e.payload, f.table
     if p.get("content") is not None:
-        item.content_version, item.vector = item.version, None
-    item.importance = float(p["importance"]) if p.get("importance") is not None else (
-        item.importance)
-    item.confidence = float(p["confidence"]) if p.get("confidence") is not None else (
-        item.confidence)
+        t.set(row, content_version=t.col["version"][row], dims=0, record=0)
+    if p.get("importance") is not None:
+        t.set(row, importance=float(p["importance"]))
+    if p.get("confidence") is not None:
+        t.set(row, confidence=float(p["confidence"]))
 
 
-def _reaffirmed(item: Item, e: Event) -> None:
-    item.reinforced_at = e.recorded_at
+def _reaffirmed(f: LifecycleFold, row: int, e: Event) -> None:
+    f.table.set(row, reinforced=micros(e.recorded_at))
     if e.payload.get("confidence") is not None:
-        item.confidence = float(e.payload["confidence"])
+        f.table.set(row, confidence=float(e.payload["confidence"]))
 
 
-def _ended(status: str) -> Callable[[Item, Event], None]:
-    def change(item: Item, e: Event) -> None:
-        item.status = status
+def _ended(status: str) -> Callable[[LifecycleFold, int, Event], None]:
+    def change(f: LifecycleFold, row: int, e: Event) -> None:
+        f.table.set(row, status=STATUSES.index(status))
     return change
 
 
-def _promoted(item: Item, e: Event) -> None:
-    item.layer = str(e.payload["layer"])
+def _promoted(f: LifecycleFold, row: int, e: Event) -> None:
+    f.table.set(row, layer=f.table.code(str(e.payload["layer"])))
 
 
 def _embedded(f: LifecycleFold, e: Event) -> None:
     # Not on the item's stream (its version does not move); only the current content's
     # vector counts, and an erased one (opened to nothing) never does.
-    item = f.items.get((e.tenant_id, str(e.payload["item_id"])))
+    row = f.table.row(e.tenant_id, str(e.payload["item_id"]))
     vector = e.payload.get("vector")
-    if item is None or not vector or int(e.payload["item_version"]) != item.content_version:
+    if row is None or not vector or int(e.payload["item_version"]) != int(
+            f.table.col["content_version"][row]):
         return
     with np.errstate(over="ignore", invalid="ignore"):  # logged before ingest refused these
         array = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(array))
     if math.isfinite(norm) and norm > 0:
-        item.vector = array / norm
-        if item.status == "active":
-            f._consolidate(item)
+        unit = array / norm
+        dims, record = f.table.vectors.put(unit)
+        f.table.set(row, dims=dims, record=record)
+        if f.table.col["status"][row] == 0:
+            f._consolidate(row, unit)
 
 
 def _importance_learned(f: LifecycleFold, e: Event) -> None:
     # Not on the item's stream either; decay reads the learned importance from now on.
-    item = f.items.get((e.tenant_id, str(e.payload["item_id"])))
-    if item is not None:
-        item.importance = float(e.payload["importance"])
+    row = f.table.row(e.tenant_id, str(e.payload["item_id"]))
+    if row is not None:
+        f.table.set(row, importance=float(e.payload["importance"]))
 
 
 _HANDLERS: dict[str, Callable[[LifecycleFold, Event], None]] = {
-    "space.policy_set": _policy_set, "session.started": _session_started,
-    "session.ended": _session_ended, "conversation.message_appended": _message,
-    "memory.asserted": _asserted, "memory.revised": _item_event(_revised),
-    "memory.reaffirmed": _item_event(_reaffirmed),
-    "memory.retracted": _item_event(_ended("retracted")),
-    "memory.superseded": _item_event(_ended("superseded")),
-    "memory.archived": _item_event(_ended("archived")),
-    "memory.promoted": _item_event(_promoted), "memory.embedded": _embedded,
-    "memory.merged": _item_event(lambda item, e: None),  # its stream version moves
-    "memory.importance_learned": _importance_learned,
+    EventType.SPACE_POLICY_SET: _policy_set, EventType.SESSION_STARTED: _session_started,
+    EventType.SESSION_ENDED: _session_ended, EventType.MESSAGE_APPENDED: _message,
+    EventType.MEMORY_REVISED: _item_event(_revised),
+    EventType.MEMORY_REAFFIRMED: _item_event(_reaffirmed),
+    EventType.MEMORY_RETRACTED: _item_event(_ended("retracted")),
+    EventType.MEMORY_SUPERSEDED: _item_event(_ended("superseded")),
+    EventType.MEMORY_ARCHIVED: _item_event(_ended("archived")),
+    EventType.MEMORY_PROMOTED: _item_event(_promoted), EventType.MEMORY_EMBEDDED: _embedded,
+    EventType.MEMORY_MERGED: _item_event(lambda f, row, e: None),  # its stream version moves
+    EventType.IMPORTANCE_LEARNED: _importance_learned,
 }
 
 

@@ -20,24 +20,32 @@ after a restart repeats the same key and ingest records nothing twice.
 """
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
+import numpy as np
+
 from memledger_lifecycle.fold import LifecycleFold
+from memledger_lifecycle.items import ItemTable
+from memledger_lifecycle.spill import VectorSpill, WordSpill
 from memledger_lifecycle.themes import Member, Theme, themes
 from memledger_platform.crypto import ERASED
-from memledger_platform.readmodel.projection import Event
+from memledger_platform.events import Event
 from memledger_platform.vectorindex.sparse import plain_words
 from memledger_schemas import commands as c
+from memledger_schemas.event_types import EventType
 from memledger_schemas.events import MAX_THEME_MEMBERS, ImportanceSignals
 
 EVENT_TYPES = (
-    "space.policy_set", "memory.asserted", "memory.revised", "memory.reaffirmed",
-    "feedback.recorded", "retrieval.performed", "memory.importance_learned",
-    "memory.embedded", "memory.retracted", "memory.superseded", "memory.archived",
-    "memory.merged", "theme.formed", "theme.updated", "subject.erased")
+    EventType.SPACE_POLICY_SET, EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED,
+    EventType.MEMORY_REAFFIRMED, EventType.FEEDBACK_RECORDED, EventType.RETRIEVAL_PERFORMED,
+    EventType.IMPORTANCE_LEARNED, EventType.MEMORY_EMBEDDED, EventType.MEMORY_RETRACTED,
+    EventType.MEMORY_SUPERSEDED, EventType.MEMORY_ARCHIVED, EventType.MEMORY_MERGED,
+    EventType.THEME_FORMED, EventType.THEME_UPDATED, EventType.SUBJECT_ERASED)
 """What this fold reads (with the lifecycle fold's own)."""
 
 PRIOR_WEIGHT = 4.0
@@ -46,6 +54,10 @@ RECALL_CAP = 20
 STEP = 0.01
 """Learned importance is rounded to this, and recorded only when it moves by it."""
 ACTOR = "memledger:lifecycle"
+_COLUMNS: dict[str, Any] = {
+    "tenant": np.int32, "prior": np.float64, "learned": np.float64, "last": np.int64,
+    "asserted": np.int8, "subject": np.int32, "words_at": np.int64, "words_len": np.int32}
+"""Per item: ``learned`` NaN when none was recorded; ``words_len`` -1 when no words."""
 
 
 @dataclass
@@ -88,61 +100,100 @@ class Recorded:
 
 @dataclass
 class FormingFold:
-    signals: dict[tuple[str, str], Signals] = field(default_factory=dict)
-    words: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
-    subjects: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """Per item, what importance and themes need: the prior, the last signal's position and
+    the learned value as columns, the counted signals (``counts``) only for items that have
+    any, and the content's words in a ``WordSpill`` (``spill_dir``)."""
+
+    spill_dir: str | None = None
+    counts: dict[int, Signals] = field(default_factory=dict)
+    """By row: the signals counted (their prior, learned and last are the columns')."""
     recorded: dict[tuple[str, str], dict[str, Recorded]] = field(default_factory=dict)
     """Themes by (tenant, space), then theme id."""
     changed: set[tuple[str, str]] = field(default_factory=set)
     """Spaces whose memories changed since their themes were last decided."""
+    table: ItemTable = field(init=False)
+    spilled: WordSpill = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = ItemTable(VectorSpill(self.spill_dir), _COLUMNS)
+        self.spilled = WordSpill(self.spill_dir)
 
     def apply(self, e: Event, subject_id: str | None = None) -> None:
-        """Fold one event (after the ``LifecycleFold`` has)."""
+        """Fold one event (after the ``LifecycleFold`` has); ``subject_id``: its data subject,
+        when not the envelope's."""
         p = e.payload
         if "item_id" in p and e.event_type.startswith("memory."):
             self.changed.add((e.tenant_id, e.space_id))
         match e.event_type:
-            case "memory.asserted" | "memory.revised":
-                self._content(e, subject_id)
-            case "feedback.recorded":
+            case EventType.MEMORY_ASSERTED | EventType.MEMORY_REVISED:
+                self._content(e, e.subject_id if subject_id is None else subject_id)
+            case EventType.FEEDBACK_RECORDED:
                 self._signal(e, p["signal"], p.get("rating"))
-            case "memory.reaffirmed":
+            case EventType.MEMORY_REAFFIRMED:
                 self._signal(e, "reaffirmed")
-            case "retrieval.performed":
+            case EventType.RETRIEVAL_PERFORMED:
                 for shown in sorted({r["ref"] for r in p.get("results") or ()}):
-                    if (e.tenant_id, shown) in self.subjects:  # a memory, not a message
+                    if self._asserted(e.tenant_id, shown):  # a memory, not a message
                         self._signal(e, "recalled", item=shown)
-            case "memory.importance_learned":
-                self._at(e.tenant_id, str(p["item_id"])).learned = float(p["importance"])
-            case "theme.formed" | "theme.updated":
+            case EventType.IMPORTANCE_LEARNED:
+                self.table.set(self._at(e.tenant_id, str(p["item_id"])),
+                               learned=float(p["importance"]))
+            case EventType.THEME_FORMED | EventType.THEME_UPDATED:
                 self._theme(e)
-            case "subject.erased":
+            case EventType.SUBJECT_ERASED:
                 self._erased(e.tenant_id, str(p["subject_id"]))
-            case "space.policy_set":
+            case EventType.SPACE_POLICY_SET:
                 self.changed.add((e.tenant_id, e.space_id))
 
-    def _at(self, tenant: str, item: str) -> Signals:
-        return self.signals.setdefault((tenant, item), Signals())
+    def _at(self, tenant: str, item: str) -> int:
+        row = self.table.row(tenant, item)
+        if row is None:
+            row = self.table.add(tenant, item, prior=0.5, learned=math.nan, words_len=-1)
+        return row
+
+    def _asserted(self, tenant: str, item: str) -> bool:
+        row = self.table.row(tenant, item)
+        return row is not None and bool(self.table.col["asserted"][row])
 
     def _content(self, e: Event, subject_id: str | None) -> None:
-        key = (e.tenant_id, str(e.payload["item_id"]))
-        if e.event_type == "memory.asserted":
-            self.subjects[key] = subject_id
+        tenant, item = e.tenant_id, str(e.payload["item_id"])
+        if e.event_type == EventType.MEMORY_ASSERTED:
+            self.table.set(self._at(tenant, item), asserted=1,
+                           subject=self.table.code(subject_id))
         if e.payload.get("importance") is not None and e.actor != ACTOR:
-            signals = self._at(*key)
-            signals.prior, signals.last = float(e.payload["importance"]), e.position
+            self.table.set(self._at(tenant, item), prior=float(e.payload["importance"]),
+                           last=e.position)
         content = e.payload.get("content")
         if content and content != ERASED:
-            self.words[key] = Counter(set(plain_words(content)))
+            at, length = self.spilled.put(" ".join(sorted(set(plain_words(content)))))
+            self.table.set(self._at(tenant, item), words_at=at, words_len=length)
+
+    def _words(self, tenant: str, item: str) -> Counter[str]:
+        row = self.table.row(tenant, item)
+        if row is None or self.table.col["words_len"][row] < 0:
+            return Counter()
+        text = self.spilled.get(int(self.table.col["words_at"][row]),
+                                int(self.table.col["words_len"][row]))
+        return Counter(text.split()) if text else Counter()
 
     def _signal(self, e: Event, signal: str, rating: int | None = None,
                 item: str | None = None) -> None:
-        signals = self._at(e.tenant_id, item or str(e.payload["item_id"]))
+        row = self._at(e.tenant_id, item or str(e.payload["item_id"]))
+        signals = self.counts.setdefault(row, Signals())
         if signal == "rating" and rating is not None:
             signals.ratings.append(int(rating))
         elif signal in ("used", "unused", "reaffirmed", "recalled"):
             setattr(signals, signal, getattr(signals, signal) + 1)
-        signals.last = e.position
+        self.table.set(row, last=e.position)
+
+    def _signals(self, row: int) -> Signals:
+        """The signals of ``row`` as one ``Signals``: the counts with the columns'."""
+        c = self.table.col
+        counted = self.counts.get(row, Signals())
+        learned = float(c["learned"][row])
+        return Signals(float(c["prior"][row]), None if math.isnan(learned) else learned,
+                       counted.used, counted.unused, counted.ratings, counted.reaffirmed,
+                       counted.recalled, int(c["last"][row]))
 
     def _theme(self, e: Event) -> None:
         p = e.payload
@@ -151,31 +202,45 @@ class FormingFold:
             e.position)
 
     def _erased(self, tenant: str, subject: str) -> None:
-        for key, owner in self.subjects.items():
-            if key[0] == tenant and owner == subject:
-                self.words.pop(key, None)
-                self.changed.add((tenant, "*"))
+        t, names = self.table, self.table.names
+        rows = np.flatnonzero((t.column("tenant") == names.find(tenant))
+                              & (t.column("subject") == names.find(subject))
+                              & (t.column("asserted") == 1))
+        if len(rows):
+            self.changed.add((tenant, "*"))
+        for row in rows[t.column("words_len")[rows] >= 0]:
+            self.spilled.erase(int(t.col["words_at"][row]), int(t.col["words_len"][row]))
+            t.set(int(row), words_len=-1)
 
     # --- decisions -----------------------------------------------------------------------
 
     def importance(self, lifecycle: LifecycleFold) -> Iterator[tuple[str, c.LearnImportance]]:
         """The learned importance of every active item whose signals moved it."""
-        for (tenant, item_id), signals in sorted(self.signals.items()):
-            item = lifecycle.items.get((tenant, item_id))
-            if item is None or item.status != "active" or signals.last == 0:
+        for tenant, item_id, row in self._signalled():
+            space = lifecycle.active_space(tenant, item_id)
+            if space is None:
                 continue
+            signals = self._signals(row)
             learned = signals.importance()
             now = signals.learned if signals.learned is not None else signals.prior
             if abs(learned - now) < STEP / 2:
                 continue
             yield tenant, c.LearnImportance(
-                space_id=item.space, item_id=UUID(item_id), importance=learned,
+                space_id=space, item_id=UUID(item_id), importance=learned,
                 prior=signals.prior, reason=signals.reason(learned), actor=ACTOR,
                 signals=ImportanceSignals(used=signals.used, unused=signals.unused,
                                           ratings=tuple(signals.ratings[-10_000:]),
                                           reaffirmed=signals.reaffirmed,
                                           recalled=signals.recalled),
                 idempotency_key=f"lifecycle:importance:{item_id}:{signals.last}:{learned:g}")
+
+    def _signalled(self) -> Iterator[tuple[str, str, int]]:
+        """(tenant, item id, row) of the items with a signal or a prior, in that order."""
+        t = self.table
+        for tenant in sorted(t.rows):
+            for item_id, row in sorted(t.rows[tenant].items()):
+                if t.col["last"][row] != 0:
+                    yield tenant, item_id, row
 
     def themes(self, lifecycle: LifecycleFold) -> Iterator[tuple[str, c.RecordTheme]]:
         """What changed in the themes of the spaces whose memories changed."""
@@ -195,11 +260,9 @@ class FormingFold:
 
     def _grouped(self, lifecycle: LifecycleFold, tenant: str, space: str, threshold: float
                  ) -> list[Theme]:
-        items = sorted((i for i in lifecycle.items.values()
-                        if i.tenant == tenant and i.space == space and i.status == "active"
-                        and i.vector is not None), key=lambda i: i.created_position)
-        members = [Member(i.item_id, i.vector) for i in items if i.vector is not None]
-        words = {i.item_id: self.words.get((tenant, i.item_id), Counter()) for i in items}
+        members = [Member(item_id, vector)
+                   for item_id, vector in lifecycle.space_vectors(tenant, space)]
+        words = {m.item_id: self._words(tenant, m.item_id) for m in members}
         return themes(tenant, space, members, threshold, words, MAX_THEME_MEMBERS)
 
     def _differences(self, tenant: str, space: str, found: list[Theme]) -> list[Theme]:

@@ -11,17 +11,11 @@ so it keeps nothing of its own: a restart decides what the log and the clock say
 """
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-import orjson
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
 from memledger_lifecycle import forming_fold
 from memledger_lifecycle.fold import (
@@ -31,11 +25,11 @@ from memledger_lifecycle.fold import (
     LifecycleFold,
 )
 from memledger_lifecycle.forming_fold import FormingFold
-from memledger_platform import bus
 from memledger_platform.clock import Clock, SystemClock
+from memledger_platform.consumer import Batch, Consumer, Handling, Subscription
 from memledger_platform.crypto import Opener
+from memledger_platform.events import decode
 from memledger_platform.intake_client import IntakeClient
-from memledger_platform.readmodel.projection import event_from
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 
@@ -59,56 +53,51 @@ class Tally:
     ticks: int = 0
 
 
-class Scheduler:
+class Scheduler(Handling):
+    """Folds the stream (the platform consumer's handler, acking nothing: the fold is made
+    again at every start) and ticks once caught up."""
+
     def __init__(self, js: JetStreamContext, subjects: Subjects, intake: IntakeClient, *,
                  interval_seconds: float, clock: Clock | None = None,
                  opener: Opener | None = None) -> None:
-        self._js = js
-        self._subjects = subjects
         self._intake = intake
         self._interval = interval_seconds
         self._clock = clock or SystemClock()
         self._open = opener or Opener(None)
+        self._next_tick = 0.0
         self.fold = LifecycleFold()
         self.forming = FormingFold()
         self.caught_up = False
         self.tally = Tally()
+        self._consumer = Consumer(js, subjects, Subscription(
+            name="lifecycle", stream=subjects.events_stream, durable=DURABLE,
+            subject=subjects.all_events,
+            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in dict.fromkeys(
+                (*EVENT_TYPES, *forming_fold.EVENT_TYPES))),
+            batch=_BATCH, acks=False, start=_from_the_first, traced=False), self)
 
     async def run(self, stop: asyncio.Event) -> None:
-        sub = await self._subscribe()
-        next_tick = 0.0
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            msgs = await bus.fetch_ready(sub, _BATCH, wait=0.5)
-            self._fold(msgs)
-            if self.caught_up and loop.time() >= next_tick:
-                await self.tick()
-                next_tick = loop.time() + self._interval
+        await self._consumer.run(stop)
 
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        # A fresh consumer from the first event at every start: the fold lives in memory.
-        stream = self._subjects.events_stream
-        with contextlib.suppress(NotFoundError):
-            await self._js.delete_consumer(stream, DURABLE)
-        read = dict.fromkeys((*EVENT_TYPES, *forming_fold.EVENT_TYPES))
-        filters = [f"{self._subjects.prefix}.evt.*.*.{t}" for t in read]
-        return await self._js.pull_subscribe(
-            self._subjects.all_events, durable=DURABLE, stream=stream,
-            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
-                                  filter_subjects=filters))
-
-    def _fold(self, msgs: Sequence[Msg]) -> None:
-        for msg in msgs:
-            document = self._open(orjson.loads(msg.data))
-            event = event_from(document)
+    async def handle(self, batch: Batch) -> None:
+        for msg in batch.pending:
+            event = decode(msg.data, opener=self._open)
             if event.event_type in EVENT_TYPES:
-                self.fold.apply(event, document.get("subject_id"))
-            self.forming.apply(event, document.get("subject_id"))
+                self.fold.apply(event)
+            self.forming.apply(event)
         # Decide only on the whole log: a policy or a hold further on must not be missed.
-        if msgs:
-            self.caught_up = msgs[-1].metadata.num_pending == 0
-        else:
-            self.caught_up = True
+        self.caught_up = batch.msgs[-1].metadata.num_pending == 0
+        await self._tick_when_due()
+
+    async def idle(self) -> None:
+        self.caught_up = True
+        await self._tick_when_due()
+
+    async def _tick_when_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.caught_up and loop.time() >= self._next_tick:
+            await self.tick()
+            self._next_tick = loop.time() + self._interval
 
     async def tick(self) -> None:
         """Send what the fold decides now (the same command again is answered, not
@@ -153,6 +142,11 @@ class Scheduler:
                 self.tally.themes += 1
             case c.LearnImportance():
                 self.tally.learned += 1
+
+
+async def _from_the_first() -> int:
+    """A fresh consumer from the first event at every start: the fold lives in memory."""
+    return 0
 
 
 def _archive(a: Archive) -> c.ArchiveMemory:

@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from memledger_schemas.event_types import EventType
+
 PREFIX = "ml-enc:v1:"
 VECTOR_MARK = b"\x00f32"
 """What a sealed field's plaintext begins with when it holds packed float32 values."""
@@ -46,27 +48,27 @@ COMBINED = "+"
 
 _REASON = {"reason": ERASED}
 PERSONAL: dict[str, dict[str, Any]] = {
-    "session.started": {"title": ERASED},
-    "session.ended": _REASON,
-    "memory.asserted": {"content": ERASED, "triple": None, "tags": []},
-    "memory.revised": {"content": ERASED, "triple": None, "tags": [], "reason": ERASED},
-    "memory.superseded": _REASON,
-    "memory.retracted": _REASON,
-    "memory.reaffirmed": _REASON,
-    "memory.archived": _REASON,
-    "memory.promoted": _REASON,
-    "memory.merged": _REASON,
-    "conversation.message_appended": {"content": ERASED, "text": ERASED, "participant": None},
-    "preference.extracted": {"value": ERASED},
-    "memory.embedded": {"vector": None},
-    "conversation.message_embedded": {"vector": None},
-    "memory.entities_extracted": {"entities": []},
-    "entity.upserted": {"name": ERASED, "aliases": []},
-    "relation.retracted": _REASON,
-    "feedback.recorded": {"comment": None},
-    "retrieval.performed": {"query": ERASED, "subject": ERASED, "parameters": {}},
-    "theme.formed": {"label": ERASED},
-    "theme.updated": {"label": ERASED},
+    EventType.SESSION_STARTED: {"title": ERASED},
+    EventType.SESSION_ENDED: _REASON,
+    EventType.MEMORY_ASSERTED: {"content": ERASED, "triple": None, "tags": []},
+    EventType.MEMORY_REVISED: {"content": ERASED, "triple": None, "tags": [], "reason": ERASED},
+    EventType.MEMORY_SUPERSEDED: _REASON,
+    EventType.MEMORY_RETRACTED: _REASON,
+    EventType.MEMORY_REAFFIRMED: _REASON,
+    EventType.MEMORY_ARCHIVED: _REASON,
+    EventType.MEMORY_PROMOTED: _REASON,
+    EventType.MEMORY_MERGED: _REASON,
+    EventType.MESSAGE_APPENDED: {"content": ERASED, "text": ERASED, "participant": None},
+    EventType.PREFERENCE_EXTRACTED: {"value": ERASED},
+    EventType.MEMORY_EMBEDDED: {"vector": None},
+    EventType.MESSAGE_EMBEDDED: {"vector": None},
+    EventType.ENTITIES_EXTRACTED: {"entities": []},
+    EventType.ENTITY_UPSERTED: {"name": ERASED, "aliases": []},
+    EventType.RELATION_RETRACTED: _REASON,
+    EventType.FEEDBACK_RECORDED: {"comment": None},
+    EventType.RETRIEVAL_PERFORMED: {"query": ERASED, "subject": ERASED, "parameters": {}},
+    EventType.THEME_FORMED: {"label": ERASED},
+    EventType.THEME_UPDATED: {"label": ERASED},
 }
 """Event type → personal field → what a reader sees once the subject is erased: every field
 a client writes free text into about a subject's memories, messages, sessions, entities and
@@ -306,7 +308,7 @@ class Opener:
         self._keyring = keyring
 
     def __call__(self, document: dict[str, Any]) -> dict[str, Any]:
-        if document.get("event_type") == "subject.erased" and self._keyring is not None:
+        if document.get("event_type") == EventType.SUBJECT_ERASED and self._keyring is not None:
             self._keyring.forget(str(document["payload"].get("key_id", "")).split(","))
         return open_document(document, self._keyring.key if self._keyring else _no_key)
 

@@ -17,13 +17,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from memledger_platform.events import Event
 from memledger_platform.readmodel import temporal
-from memledger_platform.readmodel.projection import Event, event_from, layer_of
+from memledger_platform.readmodel.projection import layer_of
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint
+from memledger_schemas.event_types import EventType
 from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
 from memledger_vectors.messages import EVENT_TYPES as MESSAGE_EVENTS
@@ -33,9 +34,10 @@ log = logging.getLogger(__name__)
 
 _NAMESPACE = uuid.UUID("6c0b7c4e-61c7-4f0a-9a43-3f1f4b1f3a10")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-EVENT_TYPES = ("memory.asserted", "memory.revised", "memory.retracted", "memory.superseded",
-               "memory.archived", "memory.promoted", "memory.embedded",
-               "memory.importance_learned", *MESSAGE_EVENTS)
+EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.MEMORY_RETRACTED,
+               EventType.MEMORY_SUPERSEDED,
+               EventType.MEMORY_ARCHIVED, EventType.MEMORY_PROMOTED, EventType.MEMORY_EMBEDDED,
+               EventType.IMPORTANCE_LEARNED, *MESSAGE_EVENTS)
 _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
@@ -49,18 +51,6 @@ class _Item:
     vectors: dict[int, Sequence[float]] = field(default_factory=dict)
     """Dense vector per content version (the item's stream version that set the content)."""
     archived_from: float = OPEN
-
-
-@dataclass(frozen=True)
-class VectorEvent:
-    event: Event
-    stream_version: int
-    subject_id: str | None = None
-
-
-def vector_event(document: dict[str, Any]) -> VectorEvent:
-    return VectorEvent(event_from(document), int(document["stream_version"]),
-                       document.get("subject_id"))
 
 
 class VectorFold:
@@ -81,28 +71,26 @@ class VectorFold:
         self.position = 0
         self.skipped_models: set[str] = set()
 
-    def apply(self, ve: VectorEvent) -> None:
-        e = ve.event
+    def apply(self, e: Event) -> None:
         if e.event_type in MESSAGE_EVENTS:
-            self._message(ve)
+            self._message(e)
         elif e.event_type in EVENT_TYPES:
-            self._memory(ve)
+            self._memory(e)
         self.position = max(self.position, e.position)
 
-    def _memory(self, ve: VectorEvent) -> None:
-        e = ve.event
+    def _memory(self, e: Event) -> None:
         key = (e.tenant_id, str(e.payload["item_id"]))
-        item = self._item(key, new=e.event_type == "memory.asserted" and ve.stream_version == 1)
-        if e.event_type == "memory.embedded":
+        new = e.event_type == EventType.MEMORY_ASSERTED and e.stream_version == 1
+        item = self._item(key, new=new)
+        if e.event_type == EventType.MEMORY_EMBEDDED:
             self._embedded(key, item, e)
         else:
             self._rollback(key, item, e.position)
-            _CHANGES[e.event_type](self, key, item, ve)
+            _CHANGES[e.event_type](self, key, item, e)
 
-    def _message(self, ve: VectorEvent) -> None:
-        e = ve.event
+    def _message(self, e: Event) -> None:
         if e.event_type != MESSAGE_EMBEDDED:
-            self._messages.appended(e, ve.subject_id)
+            self._messages.appended(e, e.subject_id)
         elif self._comparable(e.payload["model"]):
             self._messages.embedded(e)
 
@@ -138,51 +126,47 @@ class VectorFold:
 
     # --- changes ---------------------------------------------------------------------------
 
-    def _asserted(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
-        e = ve.event
+    def _asserted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         attrs = {f: e.payload.get(f) for f in _FIELDS}
         attrs.update(space=e.space_id, session=e.session_id, agent=e.agent_id,
-                     subject_id=ve.subject_id, layer=layer_of(e),
-                     content_version=ve.stream_version, content_at=_epoch(e.recorded_at))
+                     subject_id=e.subject_id, layer=layer_of(e),
+                     content_version=e.stream_version, content_at=_epoch(e.recorded_at))
         self._change(key, item, e, temporal.put(
             self._current(item), e.valid_from or e.recorded_at, e.valid_to,
             temporal.attrs_of(attrs), e.position, ()))
 
-    def _revised(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
-        e = ve.event
+    def _revised(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         changes = {f: e.payload[f] for f in _FIELDS if e.payload.get(f) is not None}
         if "content" in changes:
-            changes.update(content_version=ve.stream_version, content_at=_epoch(e.recorded_at))
+            changes.update(content_version=e.stream_version, content_at=_epoch(e.recorded_at))
         self._change(key, item, e, temporal.patch(
             self._current(item), e.valid_from or e.recorded_at, e.valid_to, changes,
             e.position, ()))
 
-    def _retracted(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
-        e = ve.event
+    def _retracted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         until = e.payload.get("valid_until")
         instant = datetime.fromisoformat(until) if isinstance(until, str) else (
             until or e.recorded_at)
         self._change(key, item, e, temporal.end_at(self._current(item), instant, e.position))
 
-    def _superseded(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
-        e = ve.event
+    def _superseded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         until = e.payload.get("valid_until")
         instant = datetime.fromisoformat(until) if isinstance(until, str) else (
             until or e.recorded_at)
         self._change(key, item, e, temporal.end_at(self._current(item), instant, e.position))
 
-    def _promoted(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
+    def _promoted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         # The layer over all of the item's valid time, from this position on (as the
         # PostgreSQL model has it): searches as of before the promotion see the old layer.
         current = self._current(item)
         if current:
-            self._change(key, item, ve.event, temporal.patch(
+            self._change(key, item, e, temporal.patch(
                 current, min(r.valid_from for r in current), None,
-                {"layer": ve.event.payload["layer"]}, ve.event.position, ()))
+                {"layer": e.payload["layer"]}, e.position, ()))
 
-    def _archived(self, key: tuple[str, str], item: _Item, ve: VectorEvent) -> None:
+    def _archived(self, key: tuple[str, str], item: _Item, e: Event) -> None:
         # Forgotten: hidden from search from this position on, kept for as-of before it.
-        item.archived_from = float(ve.event.position)
+        item.archived_from = float(e.position)
         for row, point_id in item.rows:
             self._mark(key, item, row, point_id)
 
@@ -198,7 +182,8 @@ class VectorFold:
         return False
 
     def _embedded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
-        if not self._comparable(e.payload["model"]):
+        # a vector read as None: its subject was erased since (the erasure drops the points)
+        if e.payload["vector"] is None or not self._comparable(e.payload["model"]):
             return
         version = int(e.payload["item_version"])
         item.vectors[version] = array("f", e.payload["vector"])
@@ -267,12 +252,14 @@ class VectorFold:
         return item
 
 
-_CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, VectorEvent], None]] = {
-    "memory.asserted": VectorFold._asserted, "memory.revised": VectorFold._revised,
-    "memory.retracted": VectorFold._retracted, "memory.superseded": VectorFold._superseded,
-    "memory.archived": VectorFold._archived, "memory.promoted": VectorFold._promoted,
+_CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]] = {
+    EventType.MEMORY_ASSERTED: VectorFold._asserted, EventType.MEMORY_REVISED: VectorFold._revised,
+    EventType.MEMORY_RETRACTED: VectorFold._retracted,
+    EventType.MEMORY_SUPERSEDED: VectorFold._superseded,
+    EventType.MEMORY_ARCHIVED: VectorFold._archived,
+    EventType.MEMORY_PROMOTED: VectorFold._promoted,
     # Learned importance patches the importance from when it was learned, as a revision would.
-    "memory.importance_learned": VectorFold._revised,
+    EventType.IMPORTANCE_LEARNED: VectorFold._revised,
 }
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memledger_platform.crypto import ERASED
-from memledger_platform.readmodel.projection import Event
+from memledger_platform.events import Event
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import (
     MESSAGE_KIND,
@@ -26,9 +26,10 @@ from memledger_platform.vectorindex.port import (
     IndexedPoint,
     message_text,
 )
+from memledger_schemas.event_types import EventType
 from memledger_vectors.message_context import Context, Sessions, Turn
 
-APPENDED, EMBEDDED = "conversation.message_appended", "conversation.message_embedded"
+APPENDED, EMBEDDED = EventType.MESSAGE_APPENDED, EventType.MESSAGE_EMBEDDED
 EVENT_TYPES = (APPENDED, EMBEDDED)
 IMPORTANCE, CONFIDENCE = 0.5, 1.0
 """What ranking reads of a message: neutral importance, full confidence (it was said)."""
@@ -58,7 +59,7 @@ class MessageFold:
         opened to its placeholder, makes none, and removes one written before)."""
         message = str(e.payload["message_id"])
         point_id = point_id_of(e.tenant_id, message)
-        content = e.payload.get("content", e.payload.get("text"))
+        content = e.payload["content"]
         if content == ERASED:
             self._points.pop((e.tenant_id, message), None)
             self._dirty.pop(point_id, None)
@@ -80,7 +81,7 @@ class MessageFold:
             # (not one removed since the last write: the index still holds it until then)
             found = self._load(*key)
             point = found[0] if found else None
-        if point is not None:
+        if point is not None and e.payload["vector"] is not None:  # None: subject erased
             self._keep(key, replace(point, vector=list(e.payload["vector"])))
 
     def forget_subject(self, tenant: str, subject_id: str) -> None:

@@ -10,6 +10,7 @@ from memledger_platform.settings import Settings
 def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
     from memledger_cli.bench.embed import SCENARIO as EMBED
     from memledger_cli.bench.ingest import SCENARIO as INGEST
+    from memledger_cli.bench.lifecycle import SCENARIO as LIFECYCLE
     from memledger_cli.bench.readside import E2E, REBUILD, TEMPORAL
     from memledger_cli.bench.retrieval import SCENARIO as RETRIEVAL
     from memledger_cli.bench.search import SCENARIO as SEARCH
@@ -19,7 +20,7 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
         "bench", help="measure a scenario; prints one JSON object with --json")
     scenarios = bench.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
     for scenario in (INGEST, E2E, TEMPORAL, REBUILD, SEARCH, EMBED,
-                     RETRIEVAL, SOAK):
+                     RETRIEVAL, SOAK, LIFECYCLE):
         sub = scenarios.add_parser(scenario.name, help=scenario.help)
         sub.add_argument("--json", action="store_true", help="print only the JSON result")
         scenario.add_arguments(sub)

@@ -27,6 +27,7 @@ from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.settings import Settings
 from memledger_schemas.commands import CommandBase
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects
 
 SPACE = "bench"
@@ -51,7 +52,7 @@ class _Message:
     def __init__(self, data: bytes, position: int) -> None:
         self.data = data
         self.subject = f"memledger.evt.default.{SPACE}.memory.asserted"
-        self.headers = {HDR_EVENT_TYPE: "memory.asserted", HDR_POSITION: str(position)}
+        self.headers = {HDR_EVENT_TYPE: EventType.MEMORY_ASSERTED, HDR_POSITION: str(position)}
         self.settled = False
 
     async def ack(self) -> None:
@@ -77,7 +78,7 @@ class _Intake:
 def _event(text: str, n: int) -> bytes:
     item = str(uuid.UUID(int=n + 1))
     return orjson.dumps({
-        "event_id": str(uuid.uuid4()), "event_type": "memory.asserted", "schema_version": 1,
+        "event_id": str(uuid.uuid4()), "event_type": EventType.MEMORY_ASSERTED, "schema_version": 1,
         "stream_id": item, "stream_version": 1, "tenant_id": "default", "space_id": SPACE,
         "actor": "http", "position": n + 2, "correlation_id": None,
         "payload": {"item_id": item, "kind": "fact", "content": text, "tags": [],

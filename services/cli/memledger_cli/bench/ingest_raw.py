@@ -13,6 +13,8 @@ import nats
 import orjson
 import psycopg
 
+from memledger_schemas.event_types import EventType
+
 SPACE = "bench"
 
 
@@ -42,7 +44,7 @@ async def raw_jetstream(nats_url: str, count: int) -> float:
 
 def stored_event_bytes(i: int) -> bytes:
     """About the size of a stored memory.asserted envelope."""
-    envelope = {"event_id": str(uuid.uuid4()), "event_type": "memory.asserted",
+    envelope = {"event_id": str(uuid.uuid4()), "event_type": EventType.MEMORY_ASSERTED,
                 "schema_version": 1, "stream_id": str(uuid.uuid4()), "stream_version": 1,
                 "tenant_id": "default", "space_id": SPACE, "actor": "http",
                 "payload": {"item_id": str(uuid.uuid4()), **fact(i, 0)}}
@@ -94,4 +96,4 @@ def _insert(conn: psycopg.Connection[Any], payloads: list[bytes]) -> None:
     rows = len(payloads)
     with conn.transaction():
         conn.execute(_INSERT, ([uuid.uuid4() for _ in range(rows)], [1] * rows,
-                               ["memory.asserted"] * rows, payloads))
+                               [EventType.MEMORY_ASSERTED] * rows, payloads))

@@ -3,17 +3,19 @@ beside the same dense searches straight on a Qdrant Edge index holding the same 
 
 How the server is loaded (fast, and every write through the public API):
 
-- each item is asserted through ``/v1/batch``, then its vector recorded with
-  ``record_embedding``, the very command the enricher would send (same idempotency key, via
-  ``plan.commands_for``), on the enricher's NATS intake subject (no API key may send it), so
-  the server's path from there on is the real one: the ``memory.embedded`` event, the vector
-  projector, Qdrant Edge, its HNSW build;
+- each item is imported with its vector (``import_memory`` in ``/v1/batch``, 500 a batch):
+  the server records ``memory.asserted`` then ``memory.embedded``, the events a write and the
+  enricher would record, so its path from there on is the real one: the vector projector,
+  Qdrant Edge, its HNSW build. ``load_items_per_s`` is that rate, until the last batch
+  committed; ``indexed_items_per_s`` until the vector index holds the last item too, beside
+  ``raw_upsert_items_per_s``, the same points upserted straight into a Qdrant Edge index;
 - the vectors are not the model's embedding of each item (100k texts at the model's few
   hundred texts/s would take minutes): ~2,000 distinct base sentences are embedded by the
   local MiniLM model, and each item's vector is its base vector plus gaussian noise,
   renormalised (``"vectors": "minilm+noise"`` in the result);
-- the enricher's JetStream consumer is paused for the run (it would only embed the same texts
-  again to record duplicates); ``bench embed`` measures the enricher;
+- the enricher's JetStream consumer is paused for the run: it would not embed the imports
+  again, but it would read each for entity mentions and preferences, sharing the machine's
+  cores with the load; ``bench embed`` measures the enricher;
 - search is measured once the vector index has reached the last write and the server has gone
   quiet (projection and the HNSW build done, see ``settle``).
 
@@ -34,8 +36,6 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -44,19 +44,14 @@ import numpy as np
 from memledger_cli.bench import corpus
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import post
-from memledger_cli.bench.search_raw import SPACE, TENANT, WARMUP, raw_phase
+from memledger_cli.bench.search_raw import SPACE, WARMUP, raw_phase
 from memledger_cli.bench.settle import (
     pause_enricher,
     server_cpu_seconds,
     wait_indexed,
     wait_quiet,
 )
-from memledger_enricher.plan import Source, commands_for
-from memledger_platform import bus
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
-from memledger_platform.intake_client import IntakeClient
-from memledger_schemas.commands import CommandBase
-from memledger_schemas.subjects import Subjects
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,20 +81,13 @@ class Corpus:
     def text(self, i: int) -> str:
         return corpus.item_text(i, self.bases[i % len(self.bases)])
 
-    def asserts(self, start: int, stop: int) -> list[dict[str, Any]]:
-        """Items ``start..stop`` as assertions (``/v1/batch`` bodies)."""
-        return [{"command": "assert_memory", "space_id": SPACE, "item_id": self.ids[i],
-                 "kind": "fact", "content": self.text(i),
-                 "idempotency_key": f"bench/{self.ids[i]}"} for i in range(start, stop)]
-
-    def embeddings(self, start: int, stop: int) -> list[CommandBase]:
-        """Their embeddings, as the enricher records them."""
-        return [self._embedding(i) for i in range(start, stop)]
-
-    def _embedding(self, i: int) -> CommandBase:
-        source = Source(TENANT, SPACE, uuid.UUID(self.ids[i]), 1, self.text(i), self.ids[i])
-        return next(c for c in commands_for(source, self.vectors[i].tolist(), self.model)
-                    if c.model_fields["command"].default == "record_embedding")
+    def imports(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Items ``start..stop`` with their vectors, as imports (``/v1/batch`` bodies)."""
+        dims = self.vectors.shape[1]
+        return [{"command": "import_memory", "space_id": SPACE, "item_id": self.ids[i],
+                 "kind": "fact", "content": self.text(i), "model": self.model, "dims": dims,
+                 "vector": self.vectors[i].tolist(), "idempotency_key": f"bench/{self.ids[i]}"}
+                for i in range(start, stop)]
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,24 +98,23 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
                                    data.query_vectors[WARMUP:], 10)
         with private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
             await pause_enricher(server.nats_url)
-            async with aiohttp.ClientSession(server.url) as http, \
-                    enricher_intake(server.nats_url) as intake:
-                result = await _server_phases(http, intake, data, exact, args, steps)
+            async with aiohttp.ClientSession(server.url) as http:
+                result = await _server_phases(http, data, exact, args, steps)
         steps.step(f"raw Qdrant Edge: {args.items} points, HNSW, the same dense searches")
         result.update(raw_phase(data, exact))
+        result["raw_upsert_items_per_s"] = round(args.items / max(result["raw_upsert_s"], 0.1))
     return {"scenario": "search", "items": args.items, "queries": args.queries,
             "vectors": "minilm+noise", "noise_sigma": args.noise, "bases": args.bases,
             "enricher": "paused", **result, "cpus": os.cpu_count(),
             "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
-async def _server_phases(http: aiohttp.ClientSession, intake: IntakeClient, data: Corpus,
-                         exact: list[list[int]], args: argparse.Namespace, steps: Steps
-                         ) -> dict[str, Any]:
+async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[list[int]],
+                         args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
     await post(http, "/v1/spaces", {"space_id": SPACE})
-    steps.step(f"loading {args.items} items (/v1/batch) and their vectors (intake)")
+    steps.step(f"importing {args.items} items with their vectors (/v1/batch, import_memory)")
     started = time.monotonic()
-    last, timeouts = await _load(http, intake, data, args.clients)
+    last, timeouts = await _load(http, data, args.clients)
     load_s = time.monotonic() - started
     steps.step("waiting for the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
@@ -143,7 +130,8 @@ async def _server_phases(http: aiohttp.ClientSession, intake: IntakeClient, data
             "search_p99_ms": round(percentile(measured_ms, 99), 2),
             "search_server_cpu_ms": cpu_ms,
             "search_recall_at_10": round(corpus.recall(found, exact), 4),
-            "load_s": round(load_s, 1), "items_per_s_load": round(args.items / load_s, 1),
+            "load_s": round(load_s, 1), "load_items_per_s": round(args.items / load_s, 1),
+            "indexed_items_per_s": round(args.items / (load_s + indexed_s), 1),
             "load_batches_timed_out": timeouts,
             "indexed_s_after_load": round(indexed_s, 1),
             "settled_s_after_indexed": round(quiet_s, 1)}
@@ -157,42 +145,22 @@ def _per_query_ms(before: float | None, after: float | None, count: int) -> floa
     return round((after - before) * 1000 / count, 2)
 
 
-async def _load(http: aiohttp.ClientSession, intake: IntakeClient, data: Corpus,
-                clients: int) -> tuple[int, int]:
-    """Write every item in batches of 500 items, then their 500 embeddings; (the last
-    position, how many batches timed out and were sent again: every command has an
-    idempotency key)."""
+async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tuple[int, int]:
+    """Import every item in batches of 500; (the last position, how many batches timed out
+    and were sent again: every command has an idempotency key)."""
     starts = iter(range(0, len(data.ids), 500))
     last = timeouts = 0
 
     async def client() -> None:
         nonlocal last, timeouts
         for start in starts:
-            stop = min(start + 500, len(data.ids))
-            body = {"commands": data.asserts(start, stop)}
-            while await _batch(http, body) is None:
+            body = {"commands": data.imports(start, min(start + 500, len(data.ids)))}
+            while (answer := await _batch(http, body)) is None:
                 timeouts += 1
-            recorded = await intake.send(TENANT, data.embeddings(start, stop))
-            refused = [r for r in recorded if "position" not in r]
-            if refused:
-                raise RuntimeError(f"record_embedding refused: {refused[0]}")
-            last = max([last, *(int(r["position"]) for r in recorded)])
+            last = max(last, int(answer["position"]))
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return last, timeouts
-
-
-@asynccontextmanager
-async def enricher_intake(nats_url: str) -> AsyncIterator[IntakeClient]:
-    """An intake client sending as memledger's enricher."""
-    nc = await bus.connect(nats_url, "bench-search")
-    intake = IntakeClient(nc, nc.jetstream(), Subjects(), "enricher")
-    await intake.start()
-    try:
-        yield intake
-    finally:
-        await intake.close()
-        await nc.close()
 
 
 async def _batch(http: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,12 +27,13 @@ from memledger_cli.bench import corpus
 from memledger_cli.bench.common import percentile
 from memledger_cli.bench.load import post
 from memledger_cli.bench.settle import wait_quiet
+from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_POSITION, Subjects
 
 POLL_S = 0.05
 
 
-EMBEDDED = ("memory.embedded", "conversation.message_embedded")
+EMBEDDED = (EventType.MEMORY_EMBEDDED, EventType.MESSAGE_EMBEDDED)
 """The events that say a memory item, or a message, has its embedding."""
 
 

@@ -12,8 +12,10 @@ from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_ingest.domain.streams import StreamRef
 from memledger_platform import receipts
 from memledger_platform.crypto import Keyring
+from memledger_platform.events import decode
 from memledger_platform.eventstore import EventStore
 from memledger_schemas.commands import EraseSubject
+from memledger_schemas.event_types import EventType
 
 
 class LegalHold(Exception):
@@ -62,7 +64,8 @@ def legal_holds(store: EventStore, tenant: str, spaces: list[str]) -> list[tuple
     ids = {StreamRef("space", s).stream_id(tenant): s for s in spaces}
     held = []
     for stream_id, events in store.read_streams(list(ids)).items():
-        policies = [e.fields()["payload"] for e in events if e.event_type == "space.policy_set"]
+        policies = [decode(e.data, position=e.position, recorded_at=e.recorded_at).payload
+                    for e in events if e.event_type == EventType.SPACE_POLICY_SET]
         if policies and policies[-1].get("legal_hold"):
             held.append((ids[stream_id], int(policies[-1].get("policy_version", len(policies)))))
     return sorted(held)

@@ -41,8 +41,10 @@ from memledger_ingest.core.state_cache import StateCache, fold_state
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+from memledger_ingest.domain.targets import IndexModel
 from memledger_platform import telemetry
 from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
+from memledger_schemas.event_types import EventType
 
 __all__ = ["CommandResult", "CommitTimedOut", "GroupCommitWriter", "Rejected", "WriterStopping"]
 from memledger_platform.clock import Clock, SystemClock
@@ -62,7 +64,7 @@ log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
 _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
-_STATEFUL = frozenset({"space.policy_set", "triple.claimed"})
+_STATEFUL = frozenset({EventType.SPACE_POLICY_SET, EventType.TRIPLE_CLAIMED})
 """Events whose payload the write side's stream state keeps something of."""
 
 _RETRIES = 25
@@ -122,8 +124,11 @@ class GroupCommitWriter:
                  tuning: WriterTuning = WriterTuning(),
                  on_commit: Callable[[int], None] | None = None,
                  new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
-                 keyring: Keyring | None = None) -> None:
+                 keyring: Keyring | None = None, index: IndexModel | None = None) -> None:
+        """``index``: the embedding model of the server's vector index, which an imported
+        embedding must be of (``None``: not checked)."""
         self._store = store
+        self._index = index
         self._limits = limits
         self._watch = CommitWatch(limits.commit_timeout_seconds, store.interrupt)
         self._stopping = False
@@ -196,7 +201,7 @@ class GroupCommitWriter:
             loop.call_soon_threadsafe(_settle, future, outcome)
 
         now = self._clock.now()
-        contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew)
+        contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew, self._index)
                          for _ in commands)
         size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))

@@ -1,9 +1,11 @@
 """One handler per command: check it against the current state, say what happened. Pure."""
 
 import hashlib
+from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
+from memledger_ingest.domain import targets as t
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
 from memledger_ingest.domain.streams import Status, StreamRef, StreamState
 from memledger_ingest.domain.targets import (
@@ -12,6 +14,8 @@ from memledger_ingest.domain.targets import (
     Lookup,
     entity_ref,
     new_or,
+    register,
+    route_of,
     slot_ref,
     target_of,
 )
@@ -68,6 +72,7 @@ def _enrichable_item(lookup: Lookup, space_id: str, item: UUID, item_version: in
 # Each handler: (command, context, lookup, current state of the target) -> Decision.
 
 
+@register(c.CreateSpace, t.space_stream)
 def _create_space(cmd: c.CreateSpace, ctx: Context, lookup: Lookup, cur: StreamState | None
                   ) -> Decision:
     _absent(cur, "space", cmd.space_id)
@@ -81,6 +86,7 @@ _KEPT_FIELDS = _POLICY_FIELDS - {"retroactive"}
 which items this version governs: it describes the update, not the policy)."""
 
 
+@register(c.SetSpacePolicy, t.space_stream)
 def _set_policy(cmd: c.SetSpacePolicy, ctx: Context, lookup: Lookup, cur: StreamState | None
                 ) -> Decision:
     # The event records the whole policy, as decided from the stream's state: readers (the
@@ -94,6 +100,7 @@ def _set_policy(cmd: c.SetSpacePolicy, ctx: Context, lookup: Lookup, cur: Stream
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids)
 
 
+@register(c.ArchiveSpace, t.space_stream)
 def _archive_space(cmd: c.ArchiveSpace, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -101,6 +108,7 @@ def _archive_space(cmd: c.ArchiveSpace, ctx: Context, lookup: Lookup, cur: Strea
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"space_id": cmd.space_id})
 
 
+@register(c.RegisterAgent, t.agent_stream)
 def _register_agent(cmd: c.RegisterAgent, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _absent(cur, "agent", cmd.agent_id)
@@ -109,6 +117,7 @@ def _register_agent(cmd: c.RegisterAgent, ctx: Context, lookup: Lookup, cur: Str
     return Decision(target_of(cmd, ctx), TENANT_SCOPE, (payload,), {"agent_id": cmd.agent_id})
 
 
+@register(c.StartSession, t.new_session_stream)
 def _start_session(cmd: c.StartSession, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -119,6 +128,7 @@ def _start_session(cmd: c.StartSession, ctx: Context, lookup: Lookup, cur: Strea
                     {"session_id": str(session_id)}, session_id=session_id)
 
 
+@register(c.EndSession, t.session_stream)
 def _end_session(cmd: c.EndSession, ctx: Context, lookup: Lookup, cur: StreamState | None
                  ) -> Decision:
     state = _existing(cur, cmd.space_id, "session", cmd.session_id)
@@ -128,6 +138,7 @@ def _end_session(cmd: c.EndSession, ctx: Context, lookup: Lookup, cur: StreamSta
                     {"session_id": str(cmd.session_id)}, session_id=cmd.session_id)
 
 
+@register(c.AppendMessage, t.session_stream)
 def _append_message(cmd: c.AppendMessage, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -152,6 +163,7 @@ def _not_ahead(instant: datetime | None, ctx: Context, field: str) -> None:
                       f"{ctx.now.isoformat()})")
 
 
+@register(c.AssertMemory, t.new_item_stream, t.assert_reads)
 def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     space = _active_space(lookup, cmd.space_id)
@@ -205,6 +217,7 @@ def object_digest(value: str) -> str:
     return hashlib.sha256(" ".join(value.casefold().split()).encode()).hexdigest()[:16]
 
 
+@register(c.ReviseMemory, t.item_stream)
 def _revise_memory(cmd: c.ReviseMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id,
@@ -217,6 +230,7 @@ def _revise_memory(cmd: c.ReviseMemory, ctx: Context, lookup: Lookup, cur: Strea
                     valid_to=cmd.valid_to)
 
 
+@register(c.SupersedeMemory, t.item_stream, t.superseding_reads)
 def _supersede_memory(cmd: c.SupersedeMemory, ctx: Context, lookup: Lookup,
                       cur: StreamState | None) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id)
@@ -229,6 +243,7 @@ def _supersede_memory(cmd: c.SupersedeMemory, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.RetractMemory, t.item_stream)
 def _retract_memory(cmd: c.RetractMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id)
@@ -237,6 +252,7 @@ def _retract_memory(cmd: c.RetractMemory, ctx: Context, lookup: Lookup, cur: Str
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.ReaffirmMemory, t.item_stream)
 def _reaffirm_memory(cmd: c.ReaffirmMemory, ctx: Context, lookup: Lookup,
                      cur: StreamState | None) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id)
@@ -245,6 +261,7 @@ def _reaffirm_memory(cmd: c.ReaffirmMemory, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.ArchiveMemory, t.item_stream)
 def _archive_memory(cmd: c.ArchiveMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id, ("active", "superseded", "retracted"))
@@ -253,6 +270,7 @@ def _archive_memory(cmd: c.ArchiveMemory, ctx: Context, lookup: Lookup, cur: Str
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.PromoteMemory, t.item_stream)
 def _promote_memory(cmd: c.PromoteMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id)
@@ -260,6 +278,7 @@ def _promote_memory(cmd: c.PromoteMemory, ctx: Context, lookup: Lookup, cur: Str
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.MergeMemories, t.item_stream, t.merged_reads)
 def _merge_memories(cmd: c.MergeMemories, ctx: Context, lookup: Lookup, cur: StreamState | None
                     ) -> Decision:
     _live_item(lookup, cur, cmd.space_id, cmd.item_id)
@@ -276,6 +295,7 @@ def _merge_memories(cmd: c.MergeMemories, ctx: Context, lookup: Lookup, cur: Str
                     {"item_id": str(cmd.item_id)}, also=also)
 
 
+@register(c.SuggestMerge, t.enrichment_stream, t.suggestion_reads)
 def _suggest_merge(cmd: c.SuggestMerge, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -288,6 +308,7 @@ def _suggest_merge(cmd: c.SuggestMerge, ctx: Context, lookup: Lookup, cur: Strea
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.UpsertEntity, t.entity_stream)
 def _upsert_entity(cmd: c.UpsertEntity, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -298,6 +319,7 @@ def _upsert_entity(cmd: c.UpsertEntity, ctx: Context, lookup: Lookup, cur: Strea
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"entity_id": cmd.entity_id})
 
 
+@register(c.AssertRelation, t.new_relation_stream, t.relation_reads)
 def _assert_relation(cmd: c.AssertRelation, ctx: Context, lookup: Lookup,
                      cur: StreamState | None) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -314,6 +336,7 @@ def _assert_relation(cmd: c.AssertRelation, ctx: Context, lookup: Lookup,
                     valid_to=cmd.valid_to)
 
 
+@register(c.RetractRelation, t.relation_stream)
 def _retract_relation(cmd: c.RetractRelation, ctx: Context, lookup: Lookup,
                       cur: StreamState | None) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -324,6 +347,7 @@ def _retract_relation(cmd: c.RetractRelation, ctx: Context, lookup: Lookup,
                     {"relation_id": str(cmd.relation_id)})
 
 
+@register(c.RecordFeedback, t.new_feedback_stream, t.item_reads)
 def _record_feedback(cmd: c.RecordFeedback, ctx: Context, lookup: Lookup,
                      cur: StreamState | None) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -338,6 +362,7 @@ def _record_feedback(cmd: c.RecordFeedback, ctx: Context, lookup: Lookup,
                     {"feedback_id": str(feedback_id)})
 
 
+@register(c.RecordEmbedding, t.enrichment_stream, t.item_reads)
 def _record_embedding(cmd: c.RecordEmbedding, ctx: Context, lookup: Lookup,
                       cur: StreamState | None) -> Decision:
     _enrichable_item(lookup, cmd.space_id, cmd.item_id, cmd.item_version)
@@ -346,6 +371,34 @@ def _record_embedding(cmd: c.RecordEmbedding, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.ImportMemory, t.import_stream, t.import_reads)
+def _import_memory(cmd: c.ImportMemory, ctx: Context, lookup: Lookup, cur: StreamState | None
+                   ) -> Decision:
+    """An assertion, then its embedding on the item's enrichment stream (as the enricher's
+    would be): the embedding is this decision's own event, so the command's position is the
+    one a search waits for."""
+    _of_the_index(cmd, ctx)
+    item = StreamRef("item", str(new_or(cmd.item_id, ctx)))
+    asserted = _assert_memory(cmd, ctx, lookup, lookup(item))
+    payload = e.MemoryEmbedded(item_id=UUID(item.key), item_version=1, model=cmd.model,
+                               dims=cmd.dims, vector=cmd.vector)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), asserted.ids,
+                    also=(*asserted.also, replace(asserted, target=item, also=())))
+
+
+def _of_the_index(cmd: c.ImportMemory, ctx: Context) -> None:
+    index = ctx.index
+    if index is None:
+        return
+    if cmd.model != index.model_id:
+        raise Invalid("model", f"{cmd.model!r} is not the model of this server's vector index "
+                      f"({index.model_id!r}): embed with it, or let the enricher embed")
+    if cmd.dims != index.dims:
+        raise Invalid("dims", f"{cmd.dims} is not the dimensions of this server's vector index "
+                      f"({index.dims}, model {index.model_id!r})")
+
+
+@register(c.RecordMessageEmbedding, t.message_enrichment_stream, t.message_reads)
 def _record_message_embedding(cmd: c.RecordMessageEmbedding, ctx: Context, lookup: Lookup,
                               cur: StreamState | None) -> Decision:
     # The message itself has no stream to check (it is an event of its session's): its
@@ -361,6 +414,7 @@ def _record_message_embedding(cmd: c.RecordMessageEmbedding, ctx: Context, looku
                     {"message_id": str(cmd.message_id)}, session_id=cmd.session_id)
 
 
+@register(c.RecordEntities, t.enrichment_stream, t.item_reads)
 def _record_entities(cmd: c.RecordEntities, ctx: Context, lookup: Lookup,
                      cur: StreamState | None) -> Decision:
     _enrichable_item(lookup, cmd.space_id, cmd.item_id, cmd.item_version)
@@ -369,6 +423,7 @@ def _record_entities(cmd: c.RecordEntities, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.RecordPreference, t.preference_stream)
 def _record_preference(cmd: c.RecordPreference, ctx: Context, lookup: Lookup,
                        cur: StreamState | None) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -383,6 +438,7 @@ def _record_preference(cmd: c.RecordPreference, ctx: Context, lookup: Lookup,
                     {"source_item_id": str(cmd.source_item_id)})
 
 
+@register(c.RecordRetrieval, t.retrieval_stream, t.retrieval_reads)
 def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
                       cur: StreamState | None) -> Decision:
     # The spaces are not checked: a search of a space that is gone (or never was) is still
@@ -397,6 +453,7 @@ def _record_retrieval(cmd: c.RecordRetrieval, ctx: Context, lookup: Lookup,
                     {"retrieval_id": str(cmd.retrieval_id)}, session_id=cmd.session_id)
 
 
+@register(c.RecordTheme, t.theme_stream, t.theme_reads)
 def _record_theme(cmd: c.RecordTheme, ctx: Context, lookup: Lookup, cur: StreamState | None
                   ) -> Decision:
     _active_space(lookup, cmd.space_id)
@@ -412,6 +469,7 @@ def _record_theme(cmd: c.RecordTheme, ctx: Context, lookup: Lookup, cur: StreamS
                     {"theme_id": str(cmd.theme_id)})
 
 
+@register(c.LearnImportance, t.importance_stream, t.item_reads)
 def _learn_importance(cmd: c.LearnImportance, ctx: Context, lookup: Lookup,
                       cur: StreamState | None) -> Decision:
     _live_item(lookup, lookup(StreamRef("item", str(cmd.item_id))), cmd.space_id, cmd.item_id)
@@ -421,6 +479,7 @@ def _learn_importance(cmd: c.LearnImportance, ctx: Context, lookup: Lookup,
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), {"item_id": str(cmd.item_id)})
 
 
+@register(c.EraseSubject, t.subject_stream)
 def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: StreamState | None
                    ) -> Decision:
     # Tenant-wide, and repeatable: erasing again (new data written since) is another event.
@@ -430,64 +489,7 @@ def _erase_subject(cmd: c.EraseSubject, ctx: Context, lookup: Lookup, cur: Strea
                     {"subject_id": cmd.subject_id})
 
 
-def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup,  # noqa: PLR0911, PLR0912
-            cur: StreamState | None) -> Decision:
-    # One case per command: a flat dispatch table that mypy can check.
-    match cmd:
-        case c.CreateSpace():
-            return _create_space(cmd, ctx, lookup, cur)
-        case c.SetSpacePolicy():
-            return _set_policy(cmd, ctx, lookup, cur)
-        case c.ArchiveSpace():
-            return _archive_space(cmd, ctx, lookup, cur)
-        case c.RegisterAgent():
-            return _register_agent(cmd, ctx, lookup, cur)
-        case c.StartSession():
-            return _start_session(cmd, ctx, lookup, cur)
-        case c.EndSession():
-            return _end_session(cmd, ctx, lookup, cur)
-        case c.AppendMessage():
-            return _append_message(cmd, ctx, lookup, cur)
-        case c.AssertMemory():
-            return _assert_memory(cmd, ctx, lookup, cur)
-        case c.ReviseMemory():
-            return _revise_memory(cmd, ctx, lookup, cur)
-        case c.SupersedeMemory():
-            return _supersede_memory(cmd, ctx, lookup, cur)
-        case c.RetractMemory():
-            return _retract_memory(cmd, ctx, lookup, cur)
-        case c.ReaffirmMemory():
-            return _reaffirm_memory(cmd, ctx, lookup, cur)
-        case c.ArchiveMemory():
-            return _archive_memory(cmd, ctx, lookup, cur)
-        case c.PromoteMemory():
-            return _promote_memory(cmd, ctx, lookup, cur)
-        case c.MergeMemories():
-            return _merge_memories(cmd, ctx, lookup, cur)
-        case c.SuggestMerge():
-            return _suggest_merge(cmd, ctx, lookup, cur)
-        case c.UpsertEntity():
-            return _upsert_entity(cmd, ctx, lookup, cur)
-        case c.AssertRelation():
-            return _assert_relation(cmd, ctx, lookup, cur)
-        case c.RetractRelation():
-            return _retract_relation(cmd, ctx, lookup, cur)
-        case c.RecordFeedback():
-            return _record_feedback(cmd, ctx, lookup, cur)
-        case c.RecordEmbedding():
-            return _record_embedding(cmd, ctx, lookup, cur)
-        case c.RecordMessageEmbedding():
-            return _record_message_embedding(cmd, ctx, lookup, cur)
-        case c.RecordEntities():
-            return _record_entities(cmd, ctx, lookup, cur)
-        case c.RecordPreference():
-            return _record_preference(cmd, ctx, lookup, cur)
-        case c.RecordRetrieval():
-            return _record_retrieval(cmd, ctx, lookup, cur)
-        case c.EraseSubject():
-            return _erase_subject(cmd, ctx, lookup, cur)
-        case c.RecordTheme():
-            return _record_theme(cmd, ctx, lookup, cur)
-        case c.LearnImportance():
-            return _learn_importance(cmd, ctx, lookup, cur)
-    raise TypeError(f"unknown command {type(cmd).__name__}")
+def handle(cmd: c.CommandBase, ctx: Context, lookup: Lookup, cur: StreamState | None
+           ) -> Decision:
+    """``cmd`` decided by its registered handler."""
+    return route_of(cmd).decide(cmd, ctx, lookup, cur)

@@ -7,6 +7,8 @@ from functools import lru_cache
 from typing import Any, Literal
 from uuid import UUID, uuid5
 
+from memledger_schemas.event_types import EventType
+
 StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
                      "enrichment", "preference", "subject", "slot", "retrieval", "theme",
                      "importance"]
@@ -64,19 +66,19 @@ class StreamState:
 
 
 _STATUS_AFTER: dict[str, Status] = {
-    "space.created": "active",
-    "space.archived": "archived",
-    "agent.registered": "active",
-    "session.started": "active",
-    "session.ended": "ended",
-    "memory.asserted": "active",
-    "memory.superseded": "superseded",
-    "memory.retracted": "retracted",
-    "memory.archived": "archived",
-    "entity.upserted": "active",
-    "relation.asserted": "active",
-    "relation.retracted": "retracted",
-    "feedback.recorded": "active",
+    EventType.SPACE_CREATED: "active",
+    EventType.SPACE_ARCHIVED: "archived",
+    EventType.AGENT_REGISTERED: "active",
+    EventType.SESSION_STARTED: "active",
+    EventType.SESSION_ENDED: "ended",
+    EventType.MEMORY_ASSERTED: "active",
+    EventType.MEMORY_SUPERSEDED: "superseded",
+    EventType.MEMORY_RETRACTED: "retracted",
+    EventType.MEMORY_ARCHIVED: "archived",
+    EventType.ENTITY_UPSERTED: "active",
+    EventType.RELATION_ASSERTED: "active",
+    EventType.RELATION_RETRACTED: "retracted",
+    EventType.FEEDBACK_RECORDED: "active",
 }
 
 
@@ -92,12 +94,12 @@ def evolve(state: StreamState | None, event_type: str, space_id: str,
             event_type, "active"), subject=subject)
     status = _STATUS_AFTER.get(event_type, state.status)
     changes: dict[str, Any] = {}
-    if event_type == "space.policy_set":
+    if event_type == EventType.SPACE_POLICY_SET:
         changes["policy_version"] = state.policy_version + 1
         if payload is not None:
             changes["cardinality"] = cardinality_pairs(payload)
             changes["policy"] = json.dumps(dict(payload), sort_keys=True)
-    elif event_type == "triple.claimed" and payload is not None:
+    elif event_type == EventType.TRIPLE_CLAIMED and payload is not None:
         changes["holder"] = f"{payload['item_id']}/{payload['object_digest']}"
     return replace(state, version=state.version + 1, status=status, **changes)
 

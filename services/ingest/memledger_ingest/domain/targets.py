@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+from typing import Any, TypeVar
 from uuid import UUID
 
 from memledger_ingest.domain.streams import StreamRef, StreamState
@@ -13,6 +14,14 @@ from memledger_schemas.events import Payload
 from memledger_schemas.types import UtcDatetime
 
 Lookup = Callable[[StreamRef], StreamState | None]
+
+
+@dataclass(frozen=True)
+class IndexModel:
+    """The model whose vectors the server's index holds: its id and dimensions."""
+
+    model_id: str
+    dims: int
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,9 @@ class Context:
     skew: timedelta = timedelta(seconds=300)
     """How far a client's clock may run ahead of ``now``: a time it says something happened
     (a message's ``said_at``) may lie that far in the future, no further."""
+    index: "IndexModel | None" = None
+    """The embedding model of the server's vector index (an imported embedding must be of
+    it); ``None``: not known here, nothing to compare with."""
 
     @cached_property
     def fresh_key(self) -> str:
@@ -58,90 +70,195 @@ def _key_or(ident: UUID | None, ctx: Context) -> str:
     return str(ident) if ident is not None else ctx.fresh_key
 
 
+# --- the registry: one route per command ------------------------------------------------------
+
+C = TypeVar("C", bound=c.CommandBase)
+Decide = Callable[[C, Context, Lookup, StreamState | None], Decision]
+"""A command's handler: it checked against the current state of its streams → what happened."""
+Target = Callable[[C, Context], StreamRef]
+Reads = Callable[[C, Context], tuple[StreamRef, ...]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """What ingest does with one command type: the stream it appends to, the other streams
+    its handler reads (besides its space), and the handler."""
+
+    decide: Decide[Any]
+    target: Target[Any]
+    reads: Reads[Any]
+
+
+ROUTES: dict[type[c.CommandBase], Route] = {}
+_BY_TYPE: dict[type[c.CommandBase], Route] = {}
+
+
+def no_reads(_: c.CommandBase, __: Context) -> tuple[StreamRef, ...]:
+    return ()
+
+
+def register(command: type[C], target: Target[C], reads: Reads[C] = no_reads
+             ) -> Callable[[Decide[C]], Decide[C]]:
+    """Register the decorated handler as ``command``'s (a subclass without a route of its
+    own takes its base's): adding a command is its handler and this registration."""
+
+    def registered(decide: Decide[C]) -> Decide[C]:
+        if command in ROUTES:
+            raise ValueError(f"{command.__name__} is routed twice")
+        ROUTES[command] = Route(decide, target, reads)
+        return decide
+
+    return registered
+
+
+def route_of(cmd: c.CommandBase) -> Route:
+    kind = type(cmd)
+    route = _BY_TYPE.get(kind)
+    if route is None:
+        route = next((ROUTES[k] for k in kind.__mro__ if k in ROUTES), None)
+        if route is None:
+            raise TypeError(f"unknown command {kind.__name__}")
+        _BY_TYPE[kind] = route
+    return route
+
+
 def target_of(cmd: c.CommandBase, ctx: Context) -> StreamRef:
     """The stream a command appends to."""
-    return _target(cmd, ctx)
+    return route_of(cmd).target(cmd, ctx)
 
 
 def reads_of(cmd: c.CommandBase, ctx: Context) -> tuple[StreamRef, ...]:
     """Every stream ``decide`` will look up for this command (so they can be fetched at once)."""
     space = getattr(cmd, "space_id", None)
     spaces = (StreamRef("space", space),) if space else ()
-    return (target_of(cmd, ctx), *spaces, *_extra_reads(cmd))
+    route = route_of(cmd)
+    return (route.target(cmd, ctx), *spaces, *route.reads(cmd, ctx))
 
 
-def _target(cmd: c.CommandBase, ctx: Context) -> StreamRef:  # noqa: PLR0911, PLR0912
-    # The most frequent commands first: a match tries its cases in order.
-    match cmd:
-        case c.AssertMemory():
-            return StreamRef("item", _key_or(cmd.item_id, ctx))
-        case c.EndSession() | c.AppendMessage():
-            return StreamRef("session", str(cmd.session_id))
-        case c.RecordMessageEmbedding():
-            return StreamRef("enrichment", str(cmd.message_id))
-        case c.CreateSpace() | c.SetSpacePolicy() | c.ArchiveSpace():
-            return StreamRef("space", cmd.space_id)
-        case c.EraseSubject():
-            return StreamRef("subject", cmd.subject_id)
-        case c.RegisterAgent():
-            return StreamRef("agent", cmd.agent_id)
-        case c.StartSession():
-            return StreamRef("session", str(new_or(cmd.session_id, ctx)))
-        case (c.ReviseMemory() | c.SupersedeMemory() | c.RetractMemory() | c.ReaffirmMemory()
-              | c.ArchiveMemory() | c.PromoteMemory() | c.MergeMemories()):
-            return StreamRef("item", str(cmd.item_id))
-        case c.UpsertEntity():
-            return entity_ref(cmd.space_id, cmd.entity_id)
-        case c.AssertRelation():
-            return StreamRef("relation", str(new_or(cmd.relation_id, ctx)))
-        case c.RetractRelation():
-            return StreamRef("relation", str(cmd.relation_id))
-        case c.RecordFeedback():
-            return StreamRef("feedback", str(new_or(cmd.feedback_id, ctx)))
-        case c.RecordEmbedding() | c.RecordEntities() | c.SuggestMerge():
-            # Not the item's stream: enrichment must never bump the item's version and so
-            # fail a client's expected_version on it.
-            return StreamRef("enrichment", str(cmd.item_id))
-        case c.RecordPreference():
-            return StreamRef("preference", str(cmd.source_item_id))
-        case c.RecordRetrieval():
-            return StreamRef("retrieval", str(cmd.retrieval_id))
-        case c.RecordTheme():
-            return StreamRef("theme", str(cmd.theme_id))
-        case c.LearnImportance():
-            # Not the item's stream either: learning must not fail a client's expected_version.
-            return StreamRef("importance", str(cmd.item_id))
-    raise TypeError(f"unknown command {type(cmd).__name__}")
+# --- the streams commands append to -------------------------------------------------------------
+
+def space_stream(cmd: c.CreateSpace | c.SetSpacePolicy | c.ArchiveSpace, _: Context
+                 ) -> StreamRef:
+    return StreamRef("space", cmd.space_id)
 
 
-def _extra_reads(cmd: c.CommandBase) -> tuple[StreamRef, ...]:  # noqa: PLR0911  (a case each)
-    match cmd:
-        case c.AssertMemory():
-            session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
-            slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
-                    ) if cmd.triple is not None else ()
-            return session + slot
-        case c.MergeMemories():
-            return tuple(StreamRef("item", str(i)) for i in cmd.merged_item_ids)
-        case c.SuggestMerge():
-            return (StreamRef("item", str(cmd.item_id)), StreamRef("item", str(cmd.similar_to)))
-        case c.SupersedeMemory():
-            return (StreamRef("item", str(cmd.superseded_by)),)
-        case c.AssertRelation():
-            return (entity_ref(cmd.space_id, cmd.source_entity),
-                    entity_ref(cmd.space_id, cmd.target_entity))
-        case c.RecordFeedback() | c.RecordEmbedding() | c.RecordEntities() | c.LearnImportance():
-            return (StreamRef("item", str(cmd.item_id)),)
-        case c.RecordTheme():
-            return theme_reads(cmd)
-        case c.RecordRetrieval():
-            return retrieval_reads(cmd)
-        case c.RecordMessageEmbedding():
-            return (StreamRef("session", str(cmd.session_id)),)
-    return ()
+def new_item_stream(cmd: c.AssertMemory, ctx: Context) -> StreamRef:
+    return StreamRef("item", _key_or(cmd.item_id, ctx))
 
 
-def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
+def item_stream(cmd: c.ReviseMemory | c.SupersedeMemory | c.RetractMemory | c.ReaffirmMemory
+                | c.ArchiveMemory | c.PromoteMemory | c.MergeMemories, _: Context) -> StreamRef:
+    return StreamRef("item", str(cmd.item_id))
+
+
+def session_stream(cmd: c.EndSession | c.AppendMessage, _: Context) -> StreamRef:
+    return StreamRef("session", str(cmd.session_id))
+
+
+def new_session_stream(cmd: c.StartSession, ctx: Context) -> StreamRef:
+    return StreamRef("session", str(new_or(cmd.session_id, ctx)))
+
+
+def subject_stream(cmd: c.EraseSubject, _: Context) -> StreamRef:
+    return StreamRef("subject", cmd.subject_id)
+
+
+def agent_stream(cmd: c.RegisterAgent, _: Context) -> StreamRef:
+    return StreamRef("agent", cmd.agent_id)
+
+
+def entity_stream(cmd: c.UpsertEntity, _: Context) -> StreamRef:
+    return entity_ref(cmd.space_id, cmd.entity_id)
+
+
+def new_relation_stream(cmd: c.AssertRelation, ctx: Context) -> StreamRef:
+    return StreamRef("relation", str(new_or(cmd.relation_id, ctx)))
+
+
+def relation_stream(cmd: c.RetractRelation, _: Context) -> StreamRef:
+    return StreamRef("relation", str(cmd.relation_id))
+
+
+def new_feedback_stream(cmd: c.RecordFeedback, ctx: Context) -> StreamRef:
+    return StreamRef("feedback", str(new_or(cmd.feedback_id, ctx)))
+
+
+def enrichment_stream(cmd: c.RecordEmbedding | c.RecordEntities | c.SuggestMerge, _: Context
+                      ) -> StreamRef:
+    # Not the item's stream: enrichment must never bump the item's version and so fail a
+    # client's expected_version on it.
+    return StreamRef("enrichment", str(cmd.item_id))
+
+
+def import_stream(cmd: c.ImportMemory, ctx: Context) -> StreamRef:
+    # Its embedding's stream, as the enricher's; its item is new, so an expected_version (0)
+    # means there what it means on the item's.
+    return StreamRef("enrichment", _key_or(cmd.item_id, ctx))
+
+
+def message_enrichment_stream(cmd: c.RecordMessageEmbedding, _: Context) -> StreamRef:
+    return StreamRef("enrichment", str(cmd.message_id))
+
+
+def preference_stream(cmd: c.RecordPreference, _: Context) -> StreamRef:
+    return StreamRef("preference", str(cmd.source_item_id))
+
+
+def retrieval_stream(cmd: c.RecordRetrieval, _: Context) -> StreamRef:
+    return StreamRef("retrieval", str(cmd.retrieval_id))
+
+
+def theme_stream(cmd: c.RecordTheme, _: Context) -> StreamRef:
+    return StreamRef("theme", str(cmd.theme_id))
+
+
+def importance_stream(cmd: c.LearnImportance, _: Context) -> StreamRef:
+    # Not the item's stream either: learning must not fail a client's expected_version.
+    return StreamRef("importance", str(cmd.item_id))
+
+
+# --- the other streams a handler reads ----------------------------------------------------------
+
+def assert_reads(cmd: c.AssertMemory, _: Context) -> tuple[StreamRef, ...]:
+    """Its session, and the slot of its triple (what it may contradict)."""
+    session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
+    slot = (slot_ref(cmd.space_id, cmd.triple.subject, cmd.triple.predicate),
+            ) if cmd.triple is not None else ()
+    return session + slot
+
+
+def import_reads(cmd: c.ImportMemory, ctx: Context) -> tuple[StreamRef, ...]:
+    """An assertion's, and its item (looked up by the assertion it makes)."""
+    return (*assert_reads(cmd, ctx), StreamRef("item", _key_or(cmd.item_id, ctx)))
+
+
+def merged_reads(cmd: c.MergeMemories, _: Context) -> tuple[StreamRef, ...]:
+    return tuple(StreamRef("item", str(i)) for i in cmd.merged_item_ids)
+
+
+def suggestion_reads(cmd: c.SuggestMerge, _: Context) -> tuple[StreamRef, ...]:
+    return (StreamRef("item", str(cmd.item_id)), StreamRef("item", str(cmd.similar_to)))
+
+
+def superseding_reads(cmd: c.SupersedeMemory, _: Context) -> tuple[StreamRef, ...]:
+    return (StreamRef("item", str(cmd.superseded_by)),)
+
+
+def relation_reads(cmd: c.AssertRelation, _: Context) -> tuple[StreamRef, ...]:
+    return (entity_ref(cmd.space_id, cmd.source_entity),
+            entity_ref(cmd.space_id, cmd.target_entity))
+
+
+def item_reads(cmd: c.RecordFeedback | c.RecordEmbedding | c.RecordEntities
+               | c.LearnImportance, _: Context) -> tuple[StreamRef, ...]:
+    return (StreamRef("item", str(cmd.item_id)),)
+
+
+def message_reads(cmd: c.RecordMessageEmbedding, _: Context) -> tuple[StreamRef, ...]:
+    return (StreamRef("session", str(cmd.session_id)),)
+
+
+def retrieval_reads(cmd: c.RecordRetrieval, _: Context | None = None) -> tuple[StreamRef, ...]:
     """The streams whose data subjects an audited retrieval touched: its session, and the
     item of each entry shown that names one (a message or another ref names no stream)."""
     session = (StreamRef("session", str(cmd.session_id)),) if cmd.session_id else ()
@@ -149,7 +266,7 @@ def retrieval_reads(cmd: c.RecordRetrieval) -> tuple[StreamRef, ...]:
     return session + tuple(items)
 
 
-def theme_reads(cmd: c.RecordTheme) -> tuple[StreamRef, ...]:
+def theme_reads(cmd: c.RecordTheme, _: Context | None = None) -> tuple[StreamRef, ...]:
     """The items of a theme: each must be in its space, and their data subjects seal its
     label."""
     return tuple(dict.fromkeys(StreamRef("item", str(m)) for m in cmd.members))

@@ -26,7 +26,6 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import ValidationError
 
 from memledger_ingest.core.writer import GroupCommitWriter, Rejected
@@ -45,14 +44,11 @@ from memledger_ingest.entrypoints.problems import (
     repeated,
     result_body,
 )
-from memledger_platform import logs, telemetry
 from memledger_platform.auth import Principal
-from memledger_platform.bus import fetch_ready
+from memledger_platform.consumer import Batch, Consumer, Handling, Subscription, Transient
 from memledger_platform.jsonbody import repeated_key
 from memledger_schemas.commands import BY_NAME, CommandBase
 from memledger_schemas.subjects import (
-    HDR_DLQ_REASON,
-    HDR_DLQ_SUBJECT,
     HDR_REPLY_TO,
     HDR_TRACEPARENT,
     Subjects,
@@ -68,54 +64,63 @@ TRANSPORT = "nats"
 
 
 class Intake:
+    """NATS intake: a ``Consumer`` of the intake work queue with ``Commands``, one message at
+    a time (a fetched batch is settled message by message, all at once)."""
+
     def __init__(self, nc: Client, js: JetStreamContext, writer: GroupCommitWriter,
                  subjects: Subjects, *, batch: int = 256) -> None:
-        self._nc = nc
-        self._js = js
-        self._writer = writer
-        self._subjects = subjects
-        self._batch = batch
-        self.dead_letters = 0
+        # Created or updated: a consumer made before the services had subjects of their own
+        # filtered the tenants' subjects only, and would leave the services' commands queued.
+        self._consumer = Consumer(js, subjects, Subscription(
+            name="intake", stream=subjects.intake_stream, durable=subjects.intake_consumer,
+            subject=subjects.all_intake,
+            filter_subjects=(subjects.all_intake, subjects.all_service_intake), batch=batch,
+            ack_wait=30.0, max_ack_pending=batch * 8, ordered=False, each=True, queue=True,
+            nak_delay=NAK_DELAY_SECONDS, traced=False, dead_letter_level=logging.WARNING),
+            Commands(nc, writer, subjects))
+
+    @property
+    def dead_letters(self) -> int:
+        return self._consumer.dead_letters.count
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set."""
-        sub = await self._subscribe()
-        while not stop.is_set():
-            msgs = await fetch_ready(sub, self._batch, wait=0.5)
-            await asyncio.gather(*(self.handle(msg) for msg in msgs))
-
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        # Created or updated: a consumer made before the services had subjects of their own
-        # filtered the tenants' subjects only, and would leave the services' commands queued.
-        subjects = self._subjects
-        await self._js.add_consumer(subjects.intake_stream, ConsumerConfig(
-            name=subjects.intake_consumer, durable_name=subjects.intake_consumer,
-            filter_subjects=[subjects.all_intake, subjects.all_service_intake],
-            ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0, max_ack_pending=self._batch * 8))
-        return await self._js.pull_subscribe_bind(durable=subjects.intake_consumer,
-                                                  stream=subjects.intake_stream)
+        await self._consumer.run(stop)
 
     async def handle(self, msg: Msg) -> None:
         """Apply one intake message and settle it (ack, term or nak), never raising."""
+        await self._consumer.handle([msg])
+
+
+class Commands(Handling):
+    """Validates an intake message, submits its command to the writer like an HTTP call
+    would, and replies (the consumer's handler)."""
+
+    def __init__(self, nc: Client, writer: GroupCommitWriter, subjects: Subjects) -> None:
+        self._nc = nc
+        self._writer = writer
+        self._subjects = subjects
+
+    async def handle(self, batch: Batch) -> None:
+        for msg in batch.pending:
+            await self._apply(batch, msg)
+
+    async def _apply(self, batch: Batch, msg: Msg) -> None:
         try:
             sent = self._parse(msg)
         except _Poison as poison:
-            await self._dead_letter(msg, poison.problem)
+            await self._refuse(batch, msg, poison.problem)
             return
         try:
             results = await self._writer.submit(sent.tenant, [sent.command], actor=sent.actor,
                                                 traceparent=(msg.headers or {}).get(
                                                     HDR_TRACEPARENT))
         except (Rejected, DomainError) as error:
-            await self._dead_letter(msg, refused(error))
+            await self._refuse(batch, msg, refused(error))
             return
         except Exception as error:
-            log.warning("intake will retry %s: %s", msg.subject, error)
-            await msg.nak(delay=NAK_DELAY_SECONDS)
-            return
+            raise Transient(f"intake will retry {msg.subject}: {error}") from error
         await self._reply(msg, result_body(results[0]))
-        await msg.ack()
-
     def _parse(self, msg: Msg) -> "_Sent":
         service, tenant, name = self._address(msg.subject)
         if _invalid_tenant(tenant):
@@ -145,25 +150,19 @@ class Intake:
             raise _Poison(malformed("subject", f"expected {expected}"))
         return None, *parsed
 
-    async def _dead_letter(self, msg: Msg, problem: Problem) -> None:
+    async def _refuse(self, batch: Batch, msg: Msg, problem: Problem) -> None:
+        """Dead-letter ``msg`` with the problem, and answer with it."""
         try:
             tenant = self._address(msg.subject)[1]
         except _Poison:
             tenant = "_invalid"
         tenant = "_invalid" if _invalid_tenant(tenant) else tenant
-        headers = {HDR_DLQ_REASON: problem.message[:1024], HDR_DLQ_SUBJECT: msg.subject}
         # What was learned from an erased subject's text is refused, and not kept either: the
         # dead letter then says why, without the body.
         erased = any(f.get("path", "").endswith("source_key_id") for f in problem.fields)
-        await self._js.publish(self._subjects.dead_letter("intake", tenant),
-                               b'{"redacted": "source subject erased"}' if erased else msg.data,
-                               headers=headers)
-        self.dead_letters += 1
-        telemetry.DEAD_LETTERS.add(1, {"source": "intake"})
-        with logs.bound_event(None, b"" if erased else msg.data, tenant=tenant):
-            log.warning("intake dead-lettered %s: %s", msg.subject, problem.message)
+        await batch.dead_letter(msg, problem.message, tenant=tenant,
+                                data=b'{"redacted": "source subject erased"}' if erased else None)
         await self._reply(msg, problem.body())
-        await msg.term()
 
     async def _reply(self, msg: Msg, body: dict[str, Any]) -> None:
         reply_to = (msg.headers or {}).get(HDR_REPLY_TO)

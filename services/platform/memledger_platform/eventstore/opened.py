@@ -18,6 +18,7 @@ from memledger_platform.eventstore.port import (
     RecordedEvent,
 )
 from memledger_schemas.envelope import EventEnvelope
+from memledger_schemas.event_types import EventType
 
 _SEALED = PREFIX.encode()
 
@@ -30,7 +31,7 @@ class OpenedEventStore(EventStore):
     @property
     def sealed(self) -> tuple[EventStore, Opener]:
         """The store underneath and the opener: for a reader that opens events itself, once,
-        as it parses them (``projection.event_of(..., opener)``)."""
+        as it parses them (``events.decode(..., opener=opener)``)."""
         return self._inner, self._open
 
     def append(self, events: Sequence[EventEnvelope | NewEvent],
@@ -55,6 +56,6 @@ class OpenedEventStore(EventStore):
         self._inner.interrupt()
 
     def _opened(self, event: RecordedEvent) -> RecordedEvent:
-        if _SEALED not in event.data and event.event_type != "subject.erased":
+        if _SEALED not in event.data and event.event_type != EventType.SUBJECT_ERASED:
             return event  # the common case, at no cost
         return replace(event, data=orjson.dumps(self._open(orjson.loads(event.data))))

@@ -11,38 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-
+from memledger_platform.events import Event
 from memledger_platform.readmodel import temporal
 from memledger_platform.readmodel.temporal import Version
+from memledger_schemas.event_types import EventType
 
 Key = tuple[str, str]
 """(tenant_id, id) of a row."""
 
 ITEM_FIELDS = ("kind", "content", "triple", "confidence", "importance", "tags", "sources")
-
-
-@dataclass
-class Event:
-    """The envelope fields a projection uses, decoded once."""
-
-    position: int
-    recorded_at: datetime
-    event_type: str
-    event_id: str
-    tenant_id: str
-    space_id: str
-    actor: str
-    session_id: str | None
-    agent_id: str | None
-    valid_from: datetime | None
-    valid_to: datetime | None
-    payload: dict[str, Any]
-
-    @property
-    def cause(self) -> temporal.Attrs:
-        return (("actor", self.actor), ("event_id", self.event_id),
-                ("event_type", self.event_type))
 
 
 @dataclass
@@ -149,7 +126,7 @@ def _message_appended(p: Projection, e: Event) -> None:
         "tenant_id": e.tenant_id, "space_id": e.space_id,
         "session_id": e.payload["session_id"], "message_id": e.payload["message_id"],
         "position": e.position, "role": e.payload["role"],
-        "content": e.payload.get("content", e.payload.get("text")),
+        "content": e.payload["content"],
         "participant": e.payload.get("participant"), "agent_id": e.agent_id,
         "recorded_at": e.recorded_at, "said_at": e.valid_from or e.recorded_at})
 
@@ -314,16 +291,19 @@ def _relation_retracted(p: Projection, e: Event) -> None:
 
 
 _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
-    "space.created": _space_created, "space.policy_set": _policy_set,
-    "space.archived": _space_archived, "agent.registered": _agent_registered,
-    "session.started": _session_started, "session.ended": _session_ended,
-    "conversation.message_appended": _message_appended, "memory.asserted": _asserted,
-    "memory.revised": _revised, "memory.retracted": _retracted,
-    "memory.superseded": _superseded, "memory.reaffirmed": _reaffirmed,
-    "memory.archived": _archived, "memory.promoted": _promoted, "memory.merged": _merged,
-    "preference.extracted": _preference_extracted, "feedback.recorded": _feedback_recorded,
-    "memory.entities_extracted": _entities_extracted, "entity.upserted": _entity_upserted,
-    "relation.asserted": _relation_asserted, "relation.retracted": _relation_retracted,
+    EventType.SPACE_CREATED: _space_created, EventType.SPACE_POLICY_SET: _policy_set,
+    EventType.SPACE_ARCHIVED: _space_archived, EventType.AGENT_REGISTERED: _agent_registered,
+    EventType.SESSION_STARTED: _session_started, EventType.SESSION_ENDED: _session_ended,
+    EventType.MESSAGE_APPENDED: _message_appended, EventType.MEMORY_ASSERTED: _asserted,
+    EventType.MEMORY_REVISED: _revised, EventType.MEMORY_RETRACTED: _retracted,
+    EventType.MEMORY_SUPERSEDED: _superseded, EventType.MEMORY_REAFFIRMED: _reaffirmed,
+    EventType.MEMORY_ARCHIVED: _archived, EventType.MEMORY_PROMOTED: _promoted,
+    EventType.MEMORY_MERGED: _merged,
+    EventType.PREFERENCE_EXTRACTED: _preference_extracted,
+    EventType.FEEDBACK_RECORDED: _feedback_recorded,
+    EventType.ENTITIES_EXTRACTED: _entities_extracted, EventType.ENTITY_UPSERTED: _entity_upserted,
+    EventType.RELATION_ASSERTED: _relation_asserted,
+    EventType.RELATION_RETRACTED: _relation_retracted,
 }
 
 
@@ -354,45 +334,3 @@ def _instant(value: Any) -> datetime | None:
         return value
     return datetime.fromisoformat(str(value))
 
-
-def event_from(document: dict[str, Any]) -> Event:
-    """An ``Event`` from a committed envelope document (as stored, relayed or exported)."""
-    return Event(
-        position=document["global_position"], recorded_at=_instant(document["recorded_at"])
-        or datetime.min, event_type=document["event_type"],
-        event_id=str(document["event_id"]), tenant_id=document["tenant_id"],
-        space_id=document["space_id"], actor=document["actor"],
-        session_id=_str_or_none(document.get("session_id")),
-        agent_id=document.get("agent_id"), valid_from=_instant(document.get("valid_from")),
-        valid_to=_instant(document.get("valid_to")), payload=document["payload"])
-
-
-def event_of(position: int, recorded_at: datetime, data: bytes,
-             opener: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Event:
-    """An ``Event`` from a stored event: its envelope JSON (without the commit fields) and the
-    commit fields as the store holds them (no re-encoding, no date parsing of recorded_at).
-    ``opener`` opens sealed personal fields (``crypto.Opener``)."""
-    document = unread_dropped(orjson.loads(data))
-    if opener is not None:
-        document = opener(document)
-    return Event(
-        position=position, recorded_at=recorded_at, event_type=document["event_type"],
-        event_id=str(document["event_id"]), tenant_id=document["tenant_id"],
-        space_id=document["space_id"], actor=document["actor"],
-        session_id=_str_or_none(document.get("session_id")),
-        agent_id=document.get("agent_id"), valid_from=_instant(document.get("valid_from")),
-        valid_to=_instant(document.get("valid_to")), payload=document["payload"])
-
-
-def unread_dropped(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` without what these read models never read: an embedding's vector (the
-    vector projection's), neither folded nor kept in the change log. Dropped before the
-    document is opened: opening the sealed vectors was almost half of opening a rebuild's log."""
-    payload = document.get("payload")
-    if isinstance(payload, dict):
-        payload.pop("vector", None)
-    return document
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)

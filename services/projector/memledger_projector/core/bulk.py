@@ -17,8 +17,9 @@ from typing import Any
 
 from psycopg import Connection
 
+from memledger_platform.events import VECTOR, decode
 from memledger_platform.logshare import Record
-from memledger_platform.readmodel.projection import Key, Projection, event_of
+from memledger_platform.readmodel.projection import Key, Projection
 from memledger_projector.core import copytext, store
 from memledger_projector.core.readahead import Pages, read_ahead
 
@@ -57,7 +58,8 @@ class Loader:
         """Fold ``records`` (part or all of the batch of positions ``first``..``last``, in
         position order) and make their change-log lines."""
         try:
-            events = [event_of(*record, self.opener) for record in records]
+            events = [decode(data, position=position, recorded_at=at, opener=self.opener,
+                             skip=VECTOR) for position, at, data in records]
             for event in events:
                 self.projection.apply(event)
             if events:

@@ -15,7 +15,8 @@ import orjson
 from psycopg import Connection, Copy, sql
 from psycopg.types.json import Jsonb
 
-from memledger_platform.readmodel.projection import Event, subject_of
+from memledger_platform.events import Event
+from memledger_platform.readmodel.projection import subject_of
 from memledger_platform.readmodel.temporal import Attrs, Version
 
 VERSION_COLUMNS = ("tenant_id", "item_id", "valid", "sys_from", "sys_to", "attrs", "cause")

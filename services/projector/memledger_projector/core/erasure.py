@@ -25,6 +25,7 @@ from psycopg import Connection, sql
 from memledger_platform import pg_vacuum
 from memledger_platform.crypto import COMBINED, ERASED, PERSONAL
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
+from memledger_schemas.event_types import EventType
 
 Purged = dict[str, Any]
 Events = dict[str, list[tuple[int, dict[str, Any]]]]
@@ -50,7 +51,7 @@ def scrub(conn: Connection[Any], schema: str, base: str, tenant: str, subject: s
 
 def _scrub_items(conn: Connection[Any], s: sql.Identifier, tenant: str, by_type: Events
                  ) -> Purged:
-    item_ids = [p["item_id"] for t in ("memory.asserted", "memory.revised")
+    item_ids = [p["item_id"] for t in (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED)
                 for _, p in by_type[t]]
     erased: dict[str, Any] = {"content": ERASED, "triple": None, "tags": []}
     return {
@@ -61,27 +62,27 @@ def _scrub_items(conn: Connection[Any], s: sql.Identifier, tenant: str, by_type:
         "preferences": _count(conn, sql.SQL(
             "UPDATE {}.preferences SET value = %s WHERE tenant_id = %s AND "
             "position = ANY(%s)").format(s),
-            (ERASED, tenant, [pos for pos, _ in by_type["preference.extracted"]])),
+            (ERASED, tenant, [pos for pos, _ in by_type[EventType.PREFERENCE_EXTRACTED]])),
         "mentions": _scrub_mentions(conn, s, tenant, [
-            pos for pos, _ in by_type["memory.entities_extracted"]]),
+            pos for pos, _ in by_type[EventType.ENTITIES_EXTRACTED]]),
         "entities": _count(conn, sql.SQL(
             "UPDATE {}.entities SET name = %s, aliases = '{{}}' WHERE tenant_id = %s AND "
             "entity_id = ANY(%s)").format(s),
-            (ERASED, tenant, [p["entity_id"] for _, p in by_type["entity.upserted"]]))}
+            (ERASED, tenant, [p["entity_id"] for _, p in by_type[EventType.ENTITY_UPSERTED]]))}
 
 
 def _scrub_talk(conn: Connection[Any], s: sql.Identifier, tenant: str, by_type: Events
                 ) -> Purged:
     """Messages, and the titles of sessions (those that had one: a title left out stays
     null, as a rebuild leaves it)."""
-    titled = [p["session_id"] for _, p in by_type["session.started"]
+    titled = [p["session_id"] for _, p in by_type[EventType.SESSION_STARTED]
               if p.get("title") is not None]
     return {
         "messages": _count(conn, sql.SQL(
             "UPDATE {}.messages SET content = %s, participant = NULL WHERE tenant_id = %s AND "
             "message_id = ANY(%s::uuid[])").format(s),
             (ERASED, tenant, [p["message_id"] for _, p in
-                              by_type["conversation.message_appended"]])),
+                              by_type[EventType.MESSAGE_APPENDED]])),
         "sessions": _count(conn, sql.SQL(
             "UPDATE {}.sessions SET title = %s WHERE tenant_id = %s AND "
             "session_id = ANY(%s::uuid[]) AND title IS DISTINCT FROM %s").format(s),

@@ -21,13 +21,13 @@ from psycopg import Connection, sql
 from psycopg.conninfo import make_conninfo
 
 from memledger_platform.crypto import Opener
+from memledger_platform.events import VECTOR, decode
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_platform.logshare import Record, StreamShare
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
-from memledger_platform.readmodel.projection import event_of
 from memledger_projector.core import bulk, store
 from memledger_projector.core.bulk import RebuildStopped
 from memledger_projector.core.fold_worker import Folded, FoldWorker
@@ -302,7 +302,8 @@ def _fill(conn: Connection[Any], log: _Log, target: str, until: int | None,
         try:
             with conn.transaction():
                 store.apply_to(conn, target, [
-                    event_of(e.position, e.recorded_at, e.data, log.opener) for e in batch])
+                    decode(e.data, position=e.position, recorded_at=e.recorded_at,
+                           opener=log.opener, skip=VECTOR) for e in batch])
         except Exception as error:
             raise RebuildStopped(batch[0].position, batch[-1].position, error) from error
         count += len(batch)

@@ -14,9 +14,10 @@ from psycopg import Connection, sql
 from psycopg.types import json
 from psycopg.types.json import Jsonb
 
+from memledger_platform.events import Event
 from memledger_platform.readmodel import schema, temporal
 from memledger_platform.readmodel.checkpoint import Checkpoint, read_checkpoint
-from memledger_platform.readmodel.projection import Event, Projection
+from memledger_platform.readmodel.projection import Projection
 from memledger_platform.readmodel.temporal import Version
 from memledger_projector.core.copytext import (
     CHANGE_COLUMNS,
@@ -31,6 +32,7 @@ from memledger_projector.core.copytext import (
     version_line,
     version_lines,
 )
+from memledger_schemas.event_types import EventType
 
 
 def tune(conn: Connection[Any]) -> Connection[Any]:
@@ -101,12 +103,12 @@ def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
 def _seed(conn: Connection[Any], s: str, events: Sequence[Event], position: int) -> Projection:
     projection = Projection(position=position)
     items = {(e.tenant_id, str(e.payload["item_id"])) for e in events if "item_id" in e.payload
-             and e.event_type.startswith("memory.") and e.event_type != "memory.asserted"}
+             and e.event_type.startswith("memory.") and e.event_type != EventType.MEMORY_ASSERTED}
     spaces = {(e.tenant_id, e.space_id) for e in events if e.event_type.startswith("space.")}
     sessions = {(e.tenant_id, str(e.payload["session_id"])) for e in events
-                if e.event_type == "session.ended"}
+                if e.event_type == EventType.SESSION_ENDED}
     relations = {(e.tenant_id, str(e.payload["relation_id"])) for e in events
-                 if e.event_type == "relation.retracted"}
+                 if e.event_type == EventType.RELATION_RETRACTED}
     projection.items.update(_rows(conn, s, "items", "item_id", items))
     projection.spaces.update(_rows(conn, s, "spaces", "space_id", spaces))
     projection.sessions.update(_rows(conn, s, "sessions", "session_id", sessions))

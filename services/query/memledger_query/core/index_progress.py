@@ -42,13 +42,15 @@ class IndexProgress:
         return await self._fresh()
 
     async def wait_for(self, position: int, seconds: float) -> bool:
+        """Looks once before the deadline counts: no time to wait still asks "is it there now?"."""
         deadline = time.monotonic() + seconds
         while self._known < position:
+            await self._fresh()
+            if self._known >= position:
+                break
             if time.monotonic() >= deadline:
                 return False
-            await self._fresh()
-            if self._known < position:
-                await asyncio.sleep(POLL_SECONDS)
+            await asyncio.sleep(POLL_SECONDS)
         return True
 
     async def _fresh(self) -> int:

@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from memledger_platform.crypto import Opener
+from memledger_platform.events import VECTOR, decode
 from memledger_platform.eventstore import EventStore
 from memledger_platform.readmodel import temporal
-from memledger_platform.readmodel.projection import Projection, event_of
+from memledger_platform.readmodel.projection import Projection
 from memledger_platform.readmodel.temporal import Version
 from memledger_schemas.api.reads import Basis, Item
 
@@ -31,8 +32,9 @@ def fold(store: EventStore, tenant: str, *, up_to: int | None = None,
             if (up_to is not None and recorded.position > up_to) or (
                     recorded_until is not None and recorded.recorded_at > recorded_until):
                 return projection
-            event = event_of(recorded.position, recorded.recorded_at, recorded.data,
-                             opener or _CLOSED)
+            event = decode(recorded.data, position=recorded.position,
+                           recorded_at=recorded.recorded_at, opener=opener or _CLOSED,
+                           skip=VECTOR)
             if event.tenant_id == tenant:
                 projection.apply(event)
             else:  # another tenant's: it still moves the basis

@@ -9,9 +9,10 @@ from psycopg import Connection, sql
 
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.retrievals import RetrievalRecord, Shown
+from memledger_schemas.event_types import EventType
 from memledger_schemas.upcasting import upcast
 
-EVENT_TYPE = "retrieval.performed"
+EVENT_TYPE = EventType.RETRIEVAL_PERFORMED
 
 
 def retrieval(conn: Connection[Any], s: str, tenant: str, retrieval_id: str

@@ -23,6 +23,7 @@ from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, requ
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
 from memledger_platform.eventstore import EventStore
+from memledger_platform.vectorindex.port import IndexUnavailable
 from memledger_query.core.reader import Reader
 from memledger_query.entrypoints import (
     changes_http,
@@ -37,6 +38,7 @@ from memledger_query.entrypoints import (
 from memledger_query.entrypoints.api import (
     ERROR_RESPONSES,
     PRINCIPAL,
+    RETRY_AFTER_SECONDS,
     JsonBodyRoute,
     Problem,
     body,
@@ -121,6 +123,12 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def problem(_: Request, error: Problem) -> Response:
         return error.response()
+
+    @app.exception_handler(IndexUnavailable)
+    async def no_index(_: Request, error: IndexUnavailable) -> Response:
+        # the vectors service is starting or restarting: a moment later, it answers
+        return Problem(503, "index_unavailable", str(error),
+                       retry_after_seconds=RETRY_AFTER_SECONDS).response()
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError) -> Response:

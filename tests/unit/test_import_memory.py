@@ -1,0 +1,122 @@
+"""An import (``import_memory``) decided and enriched: the item's assertion just before its
+embedding, both in one decision; an embedding of another model or size than the server's index
+refused naming the field; the enricher skips what an import embedded (in the same batch, and
+an assertion that ends a fetch is held for the next one, so the pair is never split)."""
+
+from typing import Any, cast
+from uuid import UUID
+
+import orjson
+import pytest
+
+from memledger_enricher.plan import Source, embedded_already, embedding_of
+from memledger_enricher.service import Enricher
+from memledger_ingest.domain.decide import Context, decide
+from memledger_ingest.domain.errors import Invalid
+from memledger_ingest.domain.streams import StreamRef, StreamState
+from memledger_ingest.domain.targets import IndexModel
+from memledger_platform.embedding.embedder import HashingEmbedder
+from memledger_platform.events import decode
+from memledger_platform.intake_client import IntakeClient
+from memledger_schemas import commands as c
+from memledger_schemas import events as e
+from memledger_schemas.subjects import HDR_EVENT_TYPE, Subjects
+
+FRESH, ITEM = UUID("0190a000-0000-7000-8000-000000000001"), UUID(int=0x100)
+CTX = Context("acme", FRESH, "key:k1", index=IndexModel("m", 2))
+SPACE = {StreamRef("space", "notes"): StreamState(1, "notes", "active")}
+
+
+def _import(**fields: Any) -> c.ImportMemory:
+    return c.ImportMemory.model_validate({"space_id": "notes", "kind": "fact",
+                                          "content": "sky is blue", "model": "m", "dims": 2,
+                                          "vector": (0.6, 0.8), **fields})
+
+
+def test_an_import_asserts_its_item_just_before_recording_its_embedding() -> None:
+    decision = decide(_import(item_id=ITEM), CTX, SPACE.get)
+    [asserted] = decision.also
+    assert asserted.target == StreamRef("item", str(ITEM))
+    assert [type(p) for p in asserted.events] == [e.MemoryAsserted]
+    assert decision.target == StreamRef("enrichment", str(ITEM))
+    assert decision.events == (e.MemoryEmbedded(item_id=ITEM, item_version=1, model="m",
+                                                dims=2, vector=(0.6, 0.8)),)
+
+
+@pytest.mark.parametrize(("fields", "field"), [({"model": "other"}, "model"),
+                                               ({"dims": 3, "vector": (0.6, 0.8, 0)}, "dims")])
+def test_an_embedding_not_of_the_servers_index_is_refused_naming_the_field(
+        fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        decide(_import(**fields), CTX, SPACE.get)
+    assert refused.value.field == field
+
+
+def test_an_import_of_an_item_that_exists_is_a_conflict_as_an_assertion_is() -> None:
+    world = {**SPACE, StreamRef("item", str(ITEM)): StreamState(1, "notes", "active")}
+    with pytest.raises(Exception, match="already exists"):
+        decide(_import(item_id=ITEM), CTX, world.get)
+
+
+def _document(event_type: str, payload: dict[str, Any], version: int = 1) -> dict[str, Any]:
+    return {"event_type": event_type, "schema_version": 1, "tenant_id": "acme",
+            "space_id": "notes", "stream_version": version, "event_id": str(FRESH),
+            "actor": "key:importer", "global_position": version,
+            "recorded_at": "2026-01-01T00:00:00+00:00", "payload": payload}
+
+
+def test_an_embedding_of_the_enrichers_model_marks_its_item_version_as_embedded() -> None:
+    payload = {"item_id": str(ITEM), "item_version": 1, "model": "m", "vector": "ml-enc:v1:x"}
+    found = embedding_of(decode(_document("memory.embedded", payload)), "m")
+    assert found == ("acme", ITEM, 1)
+    other = _document("memory.embedded", {**payload, "model": "n"})
+    assert embedding_of(decode(other), "m") is None
+    source = Source("acme", "notes", ITEM, 1, "sky", "c")
+    assert embedded_already(source, {found})
+    assert not embedded_already(Source("acme", "notes", ITEM, 2, "sky", "c"), {found})
+
+
+class _Msg:
+    def __init__(self, event_type: str, payload: dict[str, Any]) -> None:
+        self.data = orjson.dumps(_document(event_type, payload))
+        self.headers = {HDR_EVENT_TYPE: event_type}
+        self.subject = f"memledger.evt.acme.notes.{event_type}"
+        self.acked = False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+    async def nak(self, delay: float | None = None) -> None:
+        raise AssertionError("nothing fails here")
+
+
+def _asserted(item: UUID, content: str = "Ada keeps the tide tables") -> _Msg:
+    return _Msg("memory.asserted", {"item_id": str(item), "content": content})
+
+
+def _embedded(item: UUID, model: str) -> _Msg:
+    return _Msg("memory.embedded", {"item_id": str(item), "item_version": 1, "model": model,
+                                    "vector": "ml-enc:v1:x"})
+
+
+class _Intake:
+    def __init__(self) -> None:
+        self.sent: list[c.CommandBase] = []
+
+    async def send(self, tenant: str, commands: list[c.CommandBase]) -> list[dict[str, Any]]:
+        self.sent.extend(commands)
+        return [{"position": 1} for _ in commands]
+
+
+async def test_the_enricher_does_not_embed_an_item_version_imported_with_its_model() -> None:
+    embedder, intake = HashingEmbedder(dims=8), _Intake()
+    enricher = Enricher(cast(Any, None), Subjects(), embedder, cast(IntakeClient, intake))
+    other = UUID(int=0x101)
+    msgs = [_asserted(ITEM), _embedded(ITEM, embedder.model_id), _asserted(other),
+            _embedded(other, "another/v1")]
+    await enricher.handle(cast(Any, msgs))
+    embedded = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEmbedding)]
+    assert [cmd.item_id for cmd in embedded] == [other]
+    entities = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEntities)]
+    assert {cmd.item_id for cmd in entities} == {ITEM, other}  # still read for names
+    assert all(m.acked for m in msgs)
