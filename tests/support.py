@@ -3,7 +3,7 @@
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -71,3 +71,13 @@ def large_batch(size: int, space: str, content: int = 65_536) -> bytes:
     body = orjson.dumps({"commands": [command] * ((size - 64) // one)})
     assert len(body) <= size
     return body + b" " * (size - len(body))
+
+
+def flat_routes(routes: list[Any]) -> list[Any]:
+    """An app's routes, with those of the routers it includes among them (FastAPI keeps an
+    included router apart, as one entry)."""
+    found = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        found += flat_routes(list(inner.routes)) if inner is not None else [route]
+    return found

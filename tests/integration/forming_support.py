@@ -12,9 +12,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from memledger_enricher.extractor import Extractor
-from memledger_enricher.forming_service import Forming
+from memledger_enricher.forming_service import Delivery, Forming
 from memledger_enricher.session_turns import EventStoreTurns
 from memledger_lifecycle.scheduler import Scheduler
+from memledger_platform.clock import SystemClock
 from memledger_platform.crypto import Keyring, Opener
 from memledger_platform.eventstore import EventStore
 from memledger_platform.intake_client import IntakeClient
@@ -47,11 +48,12 @@ async def forming(p: Pipeline, store: EventStore, nats: Nats, subjects: Subjects
         await client.start()
     former = Forming(js, subjects, extractor, clients["enricher"],
                      turns=EventStoreTurns(store, opener), opener=opener,
-                     summary_every=summary_every, max_deliveries=max_deliveries,
-                     durable=durable, retry_delay=retry_delay)
+                     summary_every=summary_every, delivery=Delivery(
+                         max_deliveries=max_deliveries, durable=durable,
+                         retry_delay=retry_delay))
     ticking = Scheduler(js, subjects, clients["lifecycle"], interval_seconds=0.2,
                         opener=opener) if scheduler else None
-    forming_http.add_routes(p.app, p.reader)
+    p.app.include_router(forming_http.router(p.reader, SystemClock()))
     stop = asyncio.Event()
     jobs: list[Any] = [former.run(stop), *([ticking.run(stop)] if ticking else [])]
     tasks = [asyncio.create_task(job) for job in jobs]

@@ -41,7 +41,7 @@ from memledger_schemas import commands as c
 from memledger_schemas.events import ExtractedEntity, Member, Triple
 from memledger_vectors import bootstrap as vectors
 from tests.integration.read_support import drop_read_models
-from tests.support import eventually
+from tests.support import eventually, flat_routes
 
 VICTIM, ATTACKER, GRPC_ATTACKER = "acme", "globex", "initech"
 """The victim, and two others (one per API: writes made over HTTP with the victim's ids would
@@ -268,7 +268,7 @@ def served(store: PostgresEventStore, keyring: Keyring, query_app: Any) -> set[t
     ingest_app = ingest_http.create_app(writer, _no_health, None, None,
                                         Erasure(store, keyring, writer))
     return {(method, re.sub(r":\w+}", "}", route.path))
-            for route in [*ingest_app.routes, *query_app.routes]
+            for route in flat_routes([*ingest_app.routes, *query_app.routes])
             for method in getattr(route, "methods", None) or () if method != "HEAD"}
 
 

@@ -25,6 +25,7 @@ from memledger_ingest.entrypoints.http import behind
 from memledger_platform import bus, http_server
 from memledger_platform.auth import Gate, issue
 from memledger_platform.auth_postgres import PostgresKeyStore
+from memledger_platform.clock import SystemClock
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
@@ -105,8 +106,8 @@ def _keys(keys: PostgresKeyStore) -> tuple[str, str]:
 
 def _together(p: Pipeline) -> ASGIApp:
     """Ingest's routes with the query app mounted behind them, as the embedded mode has them."""
-    lifecycle_http.add_routes(p.app, p.reader)
-    forming_http.add_routes(p.app, p.reader)
+    p.app.include_router(lifecycle_http.router(p.reader, SystemClock()))
+    p.app.include_router(forming_http.router(p.reader, SystemClock()))
     behind(p.ingest_app, p.app)
     return cast(ASGIApp, p.ingest_app)
 

@@ -30,9 +30,9 @@ from memledger_projector.core.store import tune
 from memledger_projector.entrypoints.consumer import Projector
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
-from memledger_query.entrypoints import retrieval_http
+from memledger_query.entrypoints import retrieval_http, semantic_http
 from memledger_query.entrypoints.http import create_app
-from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_relay.relay import Relay
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
@@ -109,8 +109,8 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
     reader = Reader(pool, names)
     app = create_app(reader, store, "default", gate, Opener(keyring))
     semantic = Semantic(index, embedder, vectors, reader, recorder=IntakeRecorder(audits))
-    add_routes(app, semantic)
-    retrieval_http.add_routes(app, semantic)
+    app.include_router(semantic_http.router(semantic))
+    app.include_router(retrieval_http.router(semantic))
     ingest_app = create_ingest_app(writer, _no_health, "default", gate)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(job) for job in (

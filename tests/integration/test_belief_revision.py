@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.clock import SystemClock
 from memledger_platform.endpoints import Endpoints
 from memledger_query.core.reader import Reader
 from memledger_query.entrypoints import lifecycle_http
@@ -37,7 +38,7 @@ async def api(engines: Endpoints, side: ReadSide) -> AsyncIterator[httpx.AsyncCl
     try:
         reader = Reader(pool, side.names)
         app = create_app(reader, side.store, "default")
-        lifecycle_http.add_routes(app, reader)
+        app.include_router(lifecycle_http.router(reader, SystemClock()))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://query",
                                      headers={TENANT_HEADER: TENANT}) as client:

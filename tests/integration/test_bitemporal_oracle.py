@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from memledger_ingest.core.writer import GroupCommitWriter, Rejected
+from memledger_ingest.core.writer import GroupCommitWriter, Rejected, WriterTuning
 from memledger_platform.endpoints import Endpoints
 from memledger_platform.events import decode
 from memledger_platform.eventstore import RecordedEvent
@@ -67,7 +67,8 @@ async def world(engines: Endpoints) -> AsyncIterator[World]:
     event_store.create_tables()
     try:
         with read_side(engines.postgres_dsn, event_store, base) as side:
-            writer = GroupCommitWriter(event_store, linger_seconds=0)
+            writer = GroupCommitWriter(event_store,
+                                       tuning=WriterTuning(linger_seconds=0))
             async with running(writer), query_api(engines.postgres_dsn, side) as (http, _):
                 yield World(side, writer, http)
     finally:

@@ -8,7 +8,13 @@ from uuid import UUID
 
 import pytest
 
-from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected, WriterLimits
+from memledger_ingest.core.writer import (
+    CommandResult,
+    GroupCommitWriter,
+    Rejected,
+    WriterLimits,
+    WriterTuning,
+)
 from memledger_ingest.domain.errors import Conflict
 from memledger_ingest.domain.streams import StreamRef
 from memledger_platform.endpoints import Endpoints
@@ -164,7 +170,8 @@ async def test_every_unguarded_message_commits_while_two_writers_race_one_transa
         engines: Endpoints, pg_schema: str, event_store: PostgresEventStore) -> None:
     with store_on(engines.postgres_dsn, pg_schema) as second_store:
         writers = [GroupCommitWriter(store, limits=WriterLimits(max_group_events=1),
-                                     linger_seconds=0) for store in (event_store, second_store)]
+                                     tuning=WriterTuning(linger_seconds=0))
+                   for store in (event_store, second_store)]
         async with running(writers[0]), running(writers[1]):
             session = await open_session(writers[0])
             outcomes = await asyncio.gather(*(_submit(writers[i % 2], message(session, f"m{i}"))

@@ -18,9 +18,9 @@ from memledger_platform.endpoints import Endpoints
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import MemoryRecorder
-from memledger_query.entrypoints import retrieval_http
+from memledger_query.entrypoints import retrieval_http, semantic_http
 from memledger_query.entrypoints.http import create_app as query_app
-from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
 from memledger_vectors.consumer import VectorProjector
@@ -79,8 +79,8 @@ async def query(engines: Endpoints, side: ReadSide, writer: GroupCommitWriter
         progress = VectorProjector(Subjects("unused"), index, embedder.model_id)
         # A recorder that always records: a query service that cannot is a 503 by design.
         semantic = Semantic(index, embedder, progress, reader, recorder=MemoryRecorder())
-        add_routes(app, semantic)
-        retrieval_http.add_routes(app, semantic)
+        app.include_router(semantic_http.router(semantic))
+        app.include_router(retrieval_http.router(semantic))
         yield app
     finally:
         pool.close()

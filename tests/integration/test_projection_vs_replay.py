@@ -106,7 +106,8 @@ async def test_the_projection_answers_every_as_of_question_like_a_replay(
             if answer:
                 event(f"status {answer.status}")
         assert views.items(conn, s, tenant, SPACE, at) == replay.items(oracle, tenant, SPACE, at)
-        assert views.items(conn, s, tenant, SPACE, at, include_archived=True) == replay.items(
+        archived_too = views.ItemFilters(include_archived=True)
+        assert views.items(conn, s, tenant, SPACE, at, archived_too) == replay.items(
             oracle, tenant, SPACE, at, include_archived=True)
 
 

@@ -144,8 +144,8 @@ def _assert_like_a_replay(side: ReadSide, at: Basis, tenants: tuple[str, ...] = 
     for tenant in tenants:
         folded = replay.fold(side.store, tenant)
         for space in spaces:
-            projected = views.items(side.conn, side.schema, tenant, space, at,
-                                    include_archived=True, limit=10_000)
+            projected = views.items(side.conn, side.schema, tenant, space, at, views.ItemFilters(
+                include_archived=True, limit=10_000))
             assert projected == replay.items(folded, tenant, space, at, include_archived=True,
                                              limit=10_000)
 

@@ -32,8 +32,9 @@ from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_projector.core import store
 from memledger_projector.entrypoints.consumer import Projector
 from memledger_query.core.reader import Reader
+from memledger_query.entrypoints import semantic_http
 from memledger_query.entrypoints.http import create_app
-from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
@@ -309,7 +310,8 @@ async def _query_app(system: System, dsn: str) -> AsyncIterator[httpx.ASGITransp
     try:
         reader = Reader(pool, system.target.names)
         app = create_app(reader, system.target.store, "default")
-        add_routes(app, Semantic(system.index, EMBEDDER, system.vectors, reader))
+        app.include_router(semantic_http.router(
+            Semantic(system.index, EMBEDDER, system.vectors, reader)))
         yield httpx.ASGITransport(app=app)
     finally:
         pool.close()

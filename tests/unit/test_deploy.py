@@ -25,6 +25,7 @@ from memledger_projector.entrypoints.consumer import DURABLE as PROJECTOR_DURABL
 from memledger_schemas.commands import SERVICE_COMMANDS
 from memledger_schemas.subjects import Subjects
 from memledger_vectors.consumer import DURABLE as VECTORS_DURABLE
+from tests.support import flat_routes
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -121,8 +122,8 @@ def _get_routes(command: str) -> set[str]:
     else:
         from memledger_query.entrypoints.http import create_app as query_app
         app = _build(query_app)
-    return {route.path for route in app.routes if "GET" in (getattr(route, "methods", None)
-                                                            or set())}
+    return {route.path for route in flat_routes(app.routes)
+            if "GET" in (getattr(route, "methods", None) or set())}
 
 
 def _build(factory: Any) -> Any:

@@ -14,7 +14,7 @@ from memledger_platform.vectorindex.sparse import encode_document
 from memledger_query.core import rerank
 from memledger_query.core.ranking import Candidate, Recipe, rank
 from memledger_query.core.rerank import CohereReranker, Reranker, RerankerUnavailable, reorder
-from memledger_query.core.semantic import Layer, Rerank, search
+from memledger_query.core.semantic import Layer, Refinements, Rerank, search
 from tests.cohere_fake import FakeCohere, serving
 
 
@@ -119,7 +119,7 @@ def test_a_search_with_a_reranker_shows_its_order_and_without_one_the_fused_orde
 
     def order(reranked: Rerank | None) -> list[str]:
         found = search(index, [1.0, 0.0], "tea", layer, Recipe(), threshold=0, now=1.0,
-                       rerank=reranked)
+                       refine=Refinements(rerank=reranked))
         return [r.candidate.item_id for r in found[0].hits]
 
     assert order(None) == ["i0", "i1"]

@@ -12,7 +12,7 @@ from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document
 from memledger_query.core.ranking import MODES, Recipe, Signals
-from memledger_query.core.semantic import Found, Layer, search
+from memledger_query.core.semantic import Found, Layer, Refinements, search
 
 NOW = 1.79e9
 EMBEDDER = HashingEmbedder(dims=256)
@@ -53,7 +53,8 @@ def find(index: InMemoryVectorIndex, *layers: Layer, text: str = QUERY,
          ) -> list[Found]:
     vector = EMBEDDER.embed_query(text) if dense else None
     return search(index, vector, text, layers or (Layer("space", scope(), 5),), RECIPE,
-                  threshold=threshold, now=NOW, subject=subject)
+                  threshold=threshold, now=NOW,
+                  refine=Refinements(subject=subject))
 
 
 def items(found: list[Found]) -> list[list[str]]:
@@ -155,7 +156,8 @@ def test_the_signals_of_every_layers_candidates_are_looked_up_once_and_reorder_h
     plain = search(index, EMBEDDER.embed_query(QUERY), QUERY, layers, RECIPE,
                    threshold=0.0, now=NOW)
     rated = search(index, EMBEDDER.embed_query(QUERY), QUERY, layers, RECIPE,
-                   threshold=0.0, now=NOW, signals=signals)
+                   threshold=0.0, now=NOW,
+                   refine=Refinements(signals=signals))
     assert asked == [{"item-1", "item-2", "item-3"}]
     assert items(plain)[1] == ["item-3", "item-2"]
     assert items(rated)[1] == ["item-2", "item-3"]

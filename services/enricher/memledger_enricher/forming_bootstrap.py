@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from memledger_enricher import extractors
-from memledger_enricher.forming_service import DURABLE, Forming
+from memledger_enricher.forming_service import DURABLE, Delivery, Forming
 from memledger_enricher.session_turns import EventStoreTurns
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.intake_client import IngestClientSession
@@ -38,8 +38,8 @@ async def forming_of(settings: Settings, client: IngestClientSession
         yield Forming(client.js, settings.subjects, extractor, client.intake,
                       turns=EventStoreTurns(store, client.opener) if store else None,
                       opener=client.opener, summary_every=settings.extractor_summary_every,
-                      max_deliveries=settings.extractor_max_deliveries,
-                      durable=f"{DURABLE}-{model_slug(version)}")
+                      delivery=Delivery(max_deliveries=settings.extractor_max_deliveries,
+                                        durable=f"{DURABLE}-{model_slug(version)}"))
     finally:
         if store is not None:
             store.close()

@@ -16,6 +16,7 @@ forever. Writes never wait for any of this: it runs behind the log.
 """
 
 import asyncio
+from dataclasses import dataclass
 import logging
 from typing import Any
 from uuid import UUID
@@ -49,16 +50,28 @@ RETRY_DELAY_SECONDS = 2.0
 """The delay before the second attempt; it doubles for each one after."""
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """How the consumer takes its messages: ``batch`` at a time from the durable consumer
+    ``durable``, each tried ``max_deliveries`` times, ``retry_delay`` seconds apart (doubling)."""
+
+    max_deliveries: int = 5
+    batch: int = 16
+    durable: str = DURABLE
+    retry_delay: float = RETRY_DELAY_SECONDS
+
+
 class Forming(Handling):
     """Derives memories from conversations (the platform consumer's handler)."""
 
     def __init__(self, js: JetStreamContext, subjects: Subjects, extractor: Extractor,
                  intake: IntakeClient, *, turns: SessionTurns | None = None,
                  opener: Opener | None = None, summary_every: int = 50,
-                 max_deliveries: int = 5, batch: int = 16, durable: str = DURABLE,
-                 retry_delay: float = RETRY_DELAY_SECONDS) -> None:
+                 delivery: Delivery = Delivery()) -> None:
         """``turns``: a session's messages, for summaries (``None``: no summaries);
         ``summary_every``: turns per summary of a running session (0: only at its end)."""
+        max_deliveries, batch = delivery.max_deliveries, delivery.batch
+        durable, retry_delay = delivery.durable, delivery.retry_delay
         self._extractor = extractor
         self._intake = intake
         self._turns = turns

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 from starlette.types import ASGIApp
 
 from memledger_ingest.core.erasure import Erasure
-from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
+from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits, WriterTuning
 from memledger_ingest.domain.targets import IndexModel
 from memledger_ingest.entrypoints import grpc_api
 from memledger_ingest.entrypoints.http import behind, create_app
@@ -69,9 +69,9 @@ async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
                     "cannot be erased by crypto-shredding")
     limits = WriterLimits(settings.writer_max_group_events, settings.writer_max_group_bytes,
                           settings.writer_commit_timeout_seconds)
-    writer = GroupCommitWriter(store, limits=limits,
-                               linger_seconds=settings.writer_linger_ms / 1000, keyring=keyring,
-                               clock_skew_seconds=settings.clock_skew_seconds,
+    tuning = WriterTuning(linger_seconds=settings.writer_linger_ms / 1000,
+                          clock_skew_seconds=settings.clock_skew_seconds)
+    writer = GroupCommitWriter(store, limits=limits, tuning=tuning, keyring=keyring,
                                index=_index_model(settings))
     intake = Intake(nc, js, writer, settings.subjects, batch=settings.intake_batch)
     return IngestService(settings, store, nc, js, writer, intake, keyring, keyring_pool,

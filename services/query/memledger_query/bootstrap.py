@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from memledger_platform import bus, deployment, grpc_server, http_server, telemetry
 from memledger_platform.auth_postgres import OpenGate, open_gate
+from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding import factory as embedders
@@ -36,9 +37,15 @@ from memledger_query.core.index_progress import IndexProgress, Progress
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
 from memledger_query.core.semantic import Rerank
-from memledger_query.entrypoints import forming_http, grpc_api, lifecycle_http, retrieval_http
+from memledger_query.entrypoints import (
+    forming_http,
+    grpc_api,
+    lifecycle_http,
+    retrieval_http,
+    semantic_http,
+)
 from memledger_query.entrypoints.http import create_app
-from memledger_query.entrypoints.semantic_http import Semantic, add_routes
+from memledger_query.entrypoints.semantic_http import Semantic
 
 QUERY_PORT = 8421
 QUERY_GRPC_PORT = 8431
@@ -90,9 +97,12 @@ class QueryService:
 
 
 def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
-          index: VectorIndex | None = None, progress: Progress | None = None) -> QueryService:
+          index: VectorIndex | None = None, progress: Progress | None = None,
+          clock: Clock | None = None) -> QueryService:
     """The query app over ``dsn`` (its pool opens here; ``close`` it). ``index`` and
-    ``progress``: the vector index and how far it has got, if not the vectors service's."""
+    ``progress``: the vector index and how far it has got, if not the vectors service's;
+    ``clock``: what "now" is for every read (default: the system's)."""
+    clock = clock or SystemClock()
     names = schema.Names(settings.postgres_schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.prepare(conn, names)
@@ -107,11 +117,12 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     keyring, keyring_pool = keyring_for(settings, dsn)
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
-    app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring))
+    app = create_app(reader, store, settings.tenant_fallback, gate.gate, Opener(keyring),
+                     clock)
     recorder = IntakeRecorder()
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
-                        embed_timeout=settings.query_embed_timeout_seconds,
+                        embed_timeout=settings.query_embed_timeout_seconds, clock=clock,
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
@@ -125,10 +136,10 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
 def add_semantic_routes(app: FastAPI, reader: Reader, semantic: Semantic) -> None:
     """The routes beyond ``create_app``'s: search, context, the retrieval audit, the lifecycle
     and forming reads."""
-    add_routes(app, semantic)
-    retrieval_http.add_routes(app, semantic)
-    lifecycle_http.add_routes(app, reader)
-    forming_http.add_routes(app, reader)
+    for router in (semantic_http.router(semantic), retrieval_http.router(semantic),
+                   lifecycle_http.router(reader, semantic.clock),
+                   forming_http.router(reader, semantic.clock)):
+        app.include_router(router)
 
 
 def unconnected_app() -> FastAPI:
@@ -136,8 +147,8 @@ def unconnected_app() -> FastAPI:
     embedder): for reading its routes and OpenAPI document, never for serving."""
     nothing: Any = None
     app = create_app(nothing, nothing, None)
-    add_semantic_routes(app, nothing, SimpleNamespace(index=None, progress=None, reader=None,
-                                                      run=None))  # type: ignore[arg-type]
+    add_semantic_routes(app, nothing, SimpleNamespace(  # type: ignore[arg-type]
+        index=None, progress=None, reader=None, run=None, clock=SystemClock()))
     return app
 
 

@@ -91,6 +91,19 @@ class WriterLimits:
     commit_timeout_seconds: float = 20.0
 
 
+@dataclass(frozen=True)
+class WriterTuning:
+    """How groups form and what the writer keeps between them: a group of fewer than
+    ``linger_below`` units waits up to ``linger_seconds`` for more; ``cache_size`` streams'
+    states are kept; a command may name a valid time up to ``clock_skew_seconds`` ahead of
+    the clock."""
+
+    linger_seconds: float = 0.002
+    linger_below: int = 16
+    cache_size: int = 200_000
+    clock_skew_seconds: float = 300.0
+
+
 @dataclass
 class _Plan:
     """A unit's outcome within a group before the commit."""
@@ -108,11 +121,10 @@ class GroupCommitWriter:
     """The single writer of one ingest process. ``submit`` is called from the event loop."""
 
     def __init__(self, store: EventStore, *, limits: WriterLimits = WriterLimits(),
-                 linger_seconds: float = 0.002, linger_below: int = 16,
-                 cache_size: int = 200_000, on_commit: Callable[[int], None] | None = None,
+                 tuning: WriterTuning = WriterTuning(),
+                 on_commit: Callable[[int], None] | None = None,
                  new_id: Callable[[], UUID] = uuid7, clock: Clock | None = None,
-                 keyring: Keyring | None = None, clock_skew_seconds: float = 300.0,
-                 index: IndexModel | None = None) -> None:
+                 keyring: Keyring | None = None, index: IndexModel | None = None) -> None:
         """``index``: the embedding model of the server's vector index, which an imported
         embedding must be of (``None``: not checked)."""
         self._store = store
@@ -120,14 +132,14 @@ class GroupCommitWriter:
         self._limits = limits
         self._watch = CommitWatch(limits.commit_timeout_seconds, store.interrupt)
         self._stopping = False
-        self._skew = timedelta(seconds=clock_skew_seconds)
+        self._skew = timedelta(seconds=tuning.clock_skew_seconds)
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._live_sources: set[str] = set()
         self._clock = clock or SystemClock()
-        self._linger = linger_seconds
-        self._linger_below = linger_below
-        self._cache = StateCache(cache_size)
+        self._linger = tuning.linger_seconds
+        self._linger_below = tuning.linger_below
+        self._cache = StateCache(tuning.cache_size)
         self._on_commit = on_commit
         self._new_id = new_id
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()

@@ -19,7 +19,8 @@ def profile_entries(conn: Connection[Any], s: str, tenant: str, space: str, at: 
                     ) -> list[packing.Entry]:
     """The derived facts of ``space`` true at ``at`` (preferences are in the section as
     preference items already), the most confident first."""
-    facts = views.items(conn, s, tenant, space, at, kinds=["fact"], tags=[DERIVED_TAG])
+    facts = views.items(conn, s, tenant, space, at,
+                        views.ItemFilters(kinds=["fact"], tags=[DERIVED_TAG]))
     ordered = sorted((i for i in facts if i.triple), key=lambda i: (-i.confidence, i.item_id))
     return [packing.Entry(f"- [fact] {i.content}", i.item_id, i.confidence) for i in ordered]
 

@@ -19,7 +19,7 @@ from memledger_platform.crypto import ERASED
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import Recorder, RecordingFailed
 from memledger_query.core.retrieval_views import audited_by_policy, search_gates
-from memledger_query.entrypoints.http import RETRY_AFTER_SECONDS, Problem
+from memledger_query.entrypoints.api import RETRY_AFTER_SECONDS, Problem
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.retrievals import Difference, RetrievalRecord, Shown
 from memledger_schemas.api.semantic import (

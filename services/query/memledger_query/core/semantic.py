@@ -62,26 +62,38 @@ Periods = tuple[when.Period, ...] | Callable[[], tuple[when.Period, ...]]
 """The periods the query names, or a callable waiting for them."""
 
 
+@dataclass(frozen=True)
+class Refinements:
+    """What shapes a search beyond its words, layers and recipe: the ``subject`` its hits must
+    be about, the ``signals`` lookup (asked once, for every layer's candidates), the
+    ``periods`` the query names, and ``rerank``, which reorders each layer's best hits
+    (``rerank.reorder``)."""
+
+    subject: str | None = None
+    signals: SignalLookup | None = None
+    periods: Periods = ()
+    rerank: Rerank | None = None
+
+
 def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
-           subject: str | None = None, signals: SignalLookup | None = None,
-           periods: Periods = (), rerank: Rerank | None = None) -> list[Found]:
+           refine: Refinements | None = None) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one. ``signals`` is asked once, for every layer's candidates;
-    ``periods`` are the periods the query names; ``rerank`` reorders each layer's best hits
-    (``rerank.reorder``). The keyword searches come first: an embedding (or periods) still
-    under way is waited for only after them."""
+    repeated in a later one (``refine``: ``Refinements``, none by default). The keyword
+    searches come first: an embedding (or periods) still under way is waited for only after
+    them."""
+    more = refine or Refinements()
     query = sparse.encode_query(text)
     keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
     if dense is None and recipe.dense_weight > 0:
         recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
     fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
-                if _about(c, subject) and _outside(c, layer.other_than_session)]
+                if _about(c, more.subject) and _outside(c, layer.other_than_session)]
                for layer, found in zip(layers, keyword, strict=True)]
-    named = periods() if callable(periods) else periods
+    named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
-    known = signals(wanted) if signals is not None and wanted else {}
+    known = more.signals(wanted) if more.signals is not None and wanted else {}
     seen: set[str] = set()
     found = []
     vectors = _vectors_of(index)
@@ -89,8 +101,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known, named)
                   if r.relevance >= threshold]
-        if rerank is not None and ranked:
-            ranked = reorder(ranked, text, rerank.reranker, rerank.depth)
+        if more.rerank is not None and ranked:
+            ranked = reorder(ranked, text, more.rerank.reranker, more.rerank.depth)
         kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))

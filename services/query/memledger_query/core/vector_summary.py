@@ -17,17 +17,16 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Query
 from psycopg import sql
 
 from memledger_platform.auth import Denied, Principal, require
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, VectorIndex
 from memledger_query.core.index_progress import Progress
 from memledger_query.core.reader import Reader
-from memledger_query.entrypoints.http import Problem, principal
-from memledger_schemas.api.vectors import SUMMARY_PATH, SpaceSummary, VectorSummary
+from memledger_query.entrypoints.api import Problem
+from memledger_schemas.api.vectors import SpaceSummary, VectorSummary
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MASK = 2**64 - 1
@@ -105,26 +104,14 @@ def index_rows(index: VectorIndex, items: Iterable[tuple[str, str, str]]
             yield tenant, str(point.payload.get("space", space)), point_row(point)
 
 
-# --- the HTTP route ----------------------------------------------------------------------------
-
-def add_route(app: FastAPI, index: VectorIndex, progress: Progress, reader: Reader,
-              run: Callable[..., Awaitable[Digests]]) -> None:
-    """``run(fn, *args)``: where the index is read (the search pool: a graph build holds the
-    index for seconds, and every item's points are read here). An admin key limited to some
-    spaces sees only theirs."""
-    @app.get(SUMMARY_PATH, response_model=VectorSummary)
-    async def vectors_summary(
-            as_of_position: Annotated[int | None, Query(ge=0)] = None,
-            wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 2_000) -> VectorSummary:
-        return await summary(index, progress, reader, run, principal(),
-                             as_of_position, wait_ms)
-
-
 async def summary(index: VectorIndex, progress: Progress, reader: Reader,
                   run: Callable[..., Awaitable[Digests]], who: Principal,
                   as_of_position: int | None, wait_ms: int) -> VectorSummary:
     """The digests of ``who``'s tenant (an admin) as of ``as_of_position`` (default: as far as
-    the index got), waiting up to ``wait_ms`` for the index to reach it."""
+    the index got), waiting up to ``wait_ms`` for the index to reach it. ``run(fn, *args)``:
+    where the index is read (the search pool: a graph build holds the index for seconds, and
+    every item's points are read here). An admin key limited to some spaces sees only
+    theirs."""
     try:
         require(who, "admin")
     except Denied as denied:

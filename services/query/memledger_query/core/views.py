@@ -7,6 +7,7 @@ basis always gives the same answer.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -84,32 +85,43 @@ def item(conn: Connection[Any], s: str, tenant: str, space: str, item_id: str, a
     return _item(row) if row else None
 
 
-def items(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis, *,
-          kinds: list[str] | None = None, tags: list[str] | None = None,
-          session_id: str | None = None, agent_id: str | None = None,
-          subject: str | None = None, predicate: str | None = None,
-          include_archived: bool = False, limit: int = 100, after: str | None = None
-          ) -> list[Item]:
-    """Items true at ``at.valid_at`` as known at ``at.position``, filtered, in item id order
-    (``after``: the last item id of the previous page)."""
+@dataclass(frozen=True)
+class ItemFilters:
+    """Which items a listing keeps (``after``: the last item id of the page before)."""
+
+    kinds: list[str] | None = None
+    tags: list[str] | None = None
+    session_id: str | None = None
+    agent_id: str | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    include_archived: bool = False
+    limit: int = 100
+    after: str | None = None
+
+
+def items(conn: Connection[Any], s: str, tenant: str, space: str, at: Basis,
+          filters: ItemFilters | None = None) -> list[Item]:
+    """Items true at ``at.valid_at`` as known at ``at.position``, filtered, in item id order."""
+    f = filters or ItemFilters()
     clauses, params = [], _params(tenant, space, at)
     for clause, name, value in (
-            ("i.kind = ANY(%(kinds)s)", "kinds", kinds),
-            ("v.attrs->'tags' @> %(tags)s::jsonb", "tags", _json_list(tags)),
-            ("i.session_id = %(session)s::uuid", "session", session_id),
-            ("i.agent_id = %(agent)s", "agent", agent_id),
-            ("v.attrs->'triple'->>'subject' = %(subject)s", "subject", subject),
-            ("v.attrs->'triple'->>'predicate' = %(predicate)s", "predicate", predicate),
-            ("i.item_id > %(after)s::uuid", "after", after)):
+            ("i.kind = ANY(%(kinds)s)", "kinds", f.kinds),
+            ("v.attrs->'tags' @> %(tags)s::jsonb", "tags", _json_list(f.tags)),
+            ("i.session_id = %(session)s::uuid", "session", f.session_id),
+            ("i.agent_id = %(agent)s", "agent", f.agent_id),
+            ("v.attrs->'triple'->>'subject' = %(subject)s", "subject", f.subject),
+            ("v.attrs->'triple'->>'predicate' = %(predicate)s", "predicate", f.predicate),
+            ("i.item_id > %(after)s::uuid", "after", f.after)):
         if value:
             clauses.append(clause)
             params[name] = value
-    if not include_archived:
+    if not f.include_archived:
         clauses.append(_NOT_ARCHIVED)
     where = "".join(f" AND {c}" for c in clauses)
     query = sql.SQL(_ITEM_SELECT + where + " ORDER BY i.item_id LIMIT %(limit)s").format(
         s=sql.Identifier(s), status=sql.SQL(_STATUS))
-    return [_item(r) for r in conn.execute(query, {**params, "limit": limit}).fetchall()]
+    return [_item(r) for r in conn.execute(query, {**params, "limit": f.limit}).fetchall()]
 
 
 def history(conn: Connection[Any], s: str, tenant: str, space: str, item_id: str, at: Basis

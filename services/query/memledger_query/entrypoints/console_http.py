@@ -10,7 +10,8 @@ from importlib import resources
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from memledger_query.entrypoints.http import Problem
+from memledger_query.entrypoints import api
+from memledger_query.entrypoints.api import Problem
 
 PREFIX = "/console"
 _ASSETS = {"": ("index.html", "text/html; charset=utf-8"),
@@ -25,7 +26,7 @@ _HEADERS = {
 
 
 def router() -> APIRouter:
-    routes = APIRouter(include_in_schema=False)
+    routes = api.router(include_in_schema=False)
 
     @routes.get(PREFIX)
     @routes.get(PREFIX + "/")

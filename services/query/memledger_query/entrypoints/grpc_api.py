@@ -9,7 +9,6 @@ pydantic) and validated with the HTTP constraints, so a bad field is INVALID_ARG
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import grpc
@@ -25,23 +24,14 @@ from memledger_platform.grpc_server import (
     streaming,
     unary,
 )
-from memledger_query.core import export, replay
+from memledger_query.core import export, replay, views
 from memledger_query.core.reader import NotYetVisible, Reader
+from memledger_query.entrypoints import reads
+from memledger_query.entrypoints.api import At, Problem, needs, uuid_of, within_head
 from memledger_query.entrypoints.grpc_convert import message as _message
 from memledger_query.entrypoints.grpc_convert import params as _params
 from memledger_query.entrypoints.grpc_convert import refusing as _refusing
 from memledger_query.entrypoints.grpc_reads import ReadMethods
-from memledger_query.entrypoints.http import (
-    Problem,
-    _changes,
-    _cursor,
-    _history,
-    _item,
-    _items,
-    _needs,
-    _uuid,
-    within_head,
-)
 from memledger_query.entrypoints.semantic_http import Semantic, answer_context, answer_search
 from memledger_schemas.api.reads import ItemAnswer, ItemList
 from memledger_schemas.api.semantic import (
@@ -123,20 +113,21 @@ class QueryServicer(ReadMethods):
         tenant, p = (await self._caller(context)).tenant, _params(ItemParams, request)
         with _refusing():
             await self._within_head(p)
-            item, when = _uuid(p.item_id, "item_id"), p.valid_at or datetime.now(UTC)
+            item, at = uuid_of(p.item_id, "item_id"), self._at(p)
             if p.source == "replay":
-                at, folded = await asyncio.to_thread(replay.basis, self._store, tenant, when,
-                                                     p.as_of_position, p.recorded_at)
-                found = replay.item(folded, tenant, p.space_id, item, at)
+                basis, folded = await asyncio.to_thread(replay.basis, self._store, tenant,
+                                                        at.valid_at, p.as_of_position,
+                                                        p.recorded_at)
+                found = replay.item(folded, tenant, p.space_id, item, basis)
             else:
-                at, found = await self._read(_needs(p.min_position, p.as_of_position),
-                                             p.wait_ms, _item, tenant, p.space_id, item, when,
-                                             p.as_of_position, p.recorded_at)
+                basis, found = await self._read(needs(p.min_position, p.as_of_position),
+                                                p.wait_ms, reads.item, tenant, p.space_id,
+                                                item, at)
             if found is None:
                 raise Problem(404, "not_found", f"memory item {item!r} not found in space "
-                              f"{p.space_id!r} at valid time {when.isoformat()} as of "
-                              f"position {at.position}")
-            return _message(ItemAnswer(basis=at, item=found), pb.ItemAnswer())
+                              f"{p.space_id!r} at valid time {at.valid_at.isoformat()} as "
+                              f"of position {basis.position}")
+            return _message(ItemAnswer(basis=basis, item=found), pb.ItemAnswer())
 
     @override
     @unary
@@ -144,16 +135,15 @@ class QueryServicer(ReadMethods):
         tenant, p = (await self._caller(context)).tenant, _params(ListParams, request)
         with _refusing():
             await self._within_head(p)
-            filters = {"kinds": p.kinds or None, "tags": p.tags or None,
-                       "include_archived": p.include_archived,
-                       "session_id": p.session_id and _uuid(p.session_id, "session_id"),
-                       "agent_id": p.agent_id, "subject": p.subject,
-                       "predicate": p.predicate, "limit": p.limit,
-                       "after": p.after and _uuid(p.after, "after")}
-            at, found = await self._read(_needs(p.min_position, p.as_of_position), p.wait_ms,
-                                         _items, tenant, p.space_id,
-                                         p.valid_at or datetime.now(UTC), p.as_of_position,
-                                         p.recorded_at, filters)
+            filters = views.ItemFilters(
+                kinds=p.kinds or None, tags=p.tags or None,
+                include_archived=p.include_archived,
+                session_id=p.session_id and uuid_of(p.session_id, "session_id"),
+                agent_id=p.agent_id, subject=p.subject, predicate=p.predicate,
+                limit=p.limit, after=p.after and uuid_of(p.after, "after"))
+            at, found = await self._read(needs(p.min_position, p.as_of_position), p.wait_ms,
+                                         reads.items, tenant, p.space_id, self._at(p),
+                                         filters)
             return _message(ItemList(basis=at, items=found), pb.ItemList())
 
     @override
@@ -162,9 +152,10 @@ class QueryServicer(ReadMethods):
         tenant, p = (await self._caller(context)).tenant, _params(HistoryParams, request)
         with _refusing():
             await self._within_head(p)
-            item = _uuid(p.item_id, "item_id")
-            found = await self._read(_needs(p.min_position, p.as_of_position), p.wait_ms,
-                                     _history, tenant, p.space_id, item, p.as_of_position)
+            item = uuid_of(p.item_id, "item_id")
+            found = await self._read(needs(p.min_position, p.as_of_position), p.wait_ms,
+                                     reads.history, tenant, p.space_id, item,
+                                     At(self._now(), p.as_of_position))
             if found is None:
                 raise Problem(404, "not_found",
                               f"memory item {item!r} not found in {p.space_id!r}")
@@ -194,13 +185,13 @@ class QueryServicer(ReadMethods):
                       ) -> AsyncIterator[pb.ChangePage]:
         tenant, p = (await self._caller(context)).tenant, _params(ChangesParams, request)
         with _refusing():
-            after = _cursor(p.after)
+            after = reads.decode_cursor(p.after)
             await self._within_head(p)
             await self._wait(p.min_position, p.wait_ms)
         caught_up = False
         while True:
             with _refusing():  # a space that does not exist is NOT_FOUND
-                page = await asyncio.to_thread(self._reader.run, _changes, tenant, p.space_id,
+                page = await asyncio.to_thread(self._reader.run, reads.changes, tenant, p.space_id,
                                                p.since, after, p.limit)
             full = len(page.changes) == p.limit
             if page.changes or not caught_up:
@@ -208,7 +199,7 @@ class QueryServicer(ReadMethods):
             caught_up = caught_up or not full
             if caught_up and not p.follow:
                 return
-            after = _cursor(page.next_cursor)
+            after = reads.decode_cursor(page.next_cursor)
             if not full:
                 await asyncio.sleep(FOLLOW_POLL_SECONDS)
 

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 from pydantic import BaseModel, ValidationError
 
 from memledger_platform.grpc_server import Refusal, refusal
-from memledger_query.entrypoints.http import Problem
+from memledger_query.entrypoints.api import Problem
 
 P = TypeVar("P", bound=BaseModel)
 Msg = TypeVar("Msg", bound=Message)

@@ -9,7 +9,7 @@ and the vector digest need the admin role, as over HTTP.
 """
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from typing_extensions import override
@@ -29,10 +29,12 @@ from memledger_query.entrypoints import (
     forming_http,
     lifecycle_http,
     listing,
+    reads,
     retrieval_http,
     session_http,
     stats,
 )
+from memledger_query.entrypoints.api import At, Problem, Visible, needs, read_visible, uuid_of
 from memledger_query.entrypoints.grpc_convert import message, params, refusing
 from memledger_query.entrypoints.grpc_params import (
     AgentsParams,
@@ -48,17 +50,6 @@ from memledger_query.entrypoints.grpc_params import (
     SpacesParams,
     StatsParams,
     SummaryParams,
-)
-from memledger_query.entrypoints.http import (
-    Problem,
-    _conversation,
-    _graph,
-    _mentioning,
-    _needs,
-    _neighbours,
-    _no_entity,
-    _uuid,
-    read_visible,
 )
 from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_schemas.api.reads import ItemList
@@ -79,10 +70,17 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def _caller(self, context: RpcContext) -> Principal:
         return await caller(context, self._resolve)
 
+    def _now(self) -> datetime:
+        return self._semantic.clock.now()
+
+    def _at(self, p: TimeTravel) -> At:
+        """The basis ``p`` asks for, valid now unless it names a valid time."""
+        return At(p.valid_at or self._now(), p.as_of_position, p.recorded_at)
+
     async def _visible(self, min_position: int | None, wait_ms: int, fn: Callable[..., T],
                        *args: Any) -> T:
         with refusing():
-            return await read_visible(self._reader, min_position, wait_ms, fn, *args)
+            return await read_visible(self._reader, Visible(min_position, wait_ms), fn, *args)
 
     @override
     @unary
@@ -90,10 +88,11 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
                        ) -> pb.Conversation:
         who, p = await self._caller(context), params(MessagesParams, request)
         with refusing():
-            session = _uuid(p.session_id, "session_id")
-            found = await read_visible(self._reader, _needs(p.min_position, p.as_of_position),
-                                       p.wait_ms, _conversation, who.tenant, p.space_id,
-                                       session, p.as_of_position, p.limit)
+            session = uuid_of(p.session_id, "session_id")
+            found = await read_visible(
+                self._reader, Visible(needs(p.min_position, p.as_of_position), p.wait_ms),
+                reads.conversation, who.tenant, p.space_id, session,
+                At(self._now(), p.as_of_position), p.limit)
             if found is None:
                 raise Problem(404, "not_found", f"session {session!r} not found in "
                               f"{p.space_id!r}")
@@ -107,18 +106,17 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
         filters = SessionFilters(p.agent_id, p.participant, p.status, p.started_from,
                                  p.started_to, p.ended_from, p.ended_to)
         with refusing():
-            after = session_http._after(p.after)
+            page = session_http.Page(p.limit, session_http.decode_after(p.after))
         found = await self._visible(p.min_position, p.wait_ms, session_http.sessions,
-                                    who.tenant, p.space_id, filters, p.limit, after)
+                                    who.tenant, p.space_id, filters, page, self._now())
         return message(found, pb.SessionList())
 
     @override
     @unary
     async def Graph(self, request: pb.GraphRequest, context: RpcContext) -> pb.GraphAnswer:
         who, p = await self._caller(context), params(SpaceParams, request)
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
-                                    _graph, who.tenant, p.space_id, _valid(p),
-                                    p.as_of_position, p.recorded_at)
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
+                                    reads.graph, who.tenant, p.space_id, self._at(p))
         return message(found, pb.GraphAnswer())
 
     @override
@@ -126,12 +124,12 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def Neighbours(self, request: pb.NeighboursRequest, context: RpcContext
                          ) -> pb.NeighboursAnswer:
         who, p = await self._caller(context), params(EntityParams, request)
-        at, found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
-                                        _neighbours, who.tenant, p.space_id, p.entity_id,
-                                        p.depth, _valid(p), p.as_of_position, p.recorded_at)
+        at, found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
+                                        reads.neighbours, who.tenant, p.space_id,
+                                        p.entity_id, p.depth, self._at(p))
         if found is None:
             with refusing():
-                raise _no_entity(p.entity_id, p.space_id, at)
+                raise reads.no_entity(p.entity_id, p.space_id, at)
         return message(found, pb.NeighboursAnswer())
 
     @override
@@ -139,12 +137,12 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def ItemsMentioning(self, request: pb.ItemsMentioningRequest, context: RpcContext
                               ) -> pb.ItemList:
         who, p = await self._caller(context), params(EntityParams, request)
-        at, found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
-                                        _mentioning, who.tenant, p.space_id, p.entity_id,
-                                        _valid(p), p.as_of_position, p.recorded_at, p.limit)
+        at, found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
+                                        reads.mentioning, who.tenant, p.space_id,
+                                        p.entity_id, self._at(p), p.limit)
         if found is None:
             with refusing():
-                raise _no_entity(p.entity_id, p.space_id, at)
+                raise reads.no_entity(p.entity_id, p.space_id, at)
         return message(ItemList(basis=at, items=found), pb.ItemList())
 
     @override
@@ -152,8 +150,8 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def ListSpaces(self, request: pb.ListSpacesRequest, context: RpcContext
                          ) -> pb.SpaceList:
         who, p = await self._caller(context), params(SpacesParams, request)
-        page = listing._Page(p.as_of_position, p.limit, p.after or "")
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        page = listing.Page(p.as_of_position, p.limit, p.after or "", self._now())
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     listing.spaces, who.tenant, None, p.status, page)
         return message(found, pb.SpaceList())
 
@@ -162,8 +160,8 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def ListAgents(self, request: pb.ListAgentsRequest, context: RpcContext
                          ) -> pb.AgentList:
         who, p = await self._caller(context), params(AgentsParams, request)
-        page = listing._Page(p.as_of_position, p.limit, p.after or "")
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        page = listing.Page(p.as_of_position, p.limit, p.after or "", self._now())
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     listing.agents, who.tenant, page)
         return message(found, pb.AgentList())
 
@@ -185,7 +183,7 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
                          ) -> pb.SpaceStatsAnswer:
         who, p = await self._caller(context), params(StatsParams, request)
         found = await self._visible(p.min_position, p.wait_ms, stats.stats, who.tenant,
-                                    p.space_id)
+                                    p.space_id, self._now())
         return message(found, pb.SpaceStatsAnswer())
 
     @override
@@ -205,8 +203,8 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
                            ) -> pb.RetrievalRecord:
         who, p = await self._caller(context), params(RetrievalParams, request)
         with refusing():
-            found = await retrieval_http._recorded(self._reader, who, p.retrieval_id,
-                                                   p.min_position, p.wait_ms)
+            found = await retrieval_http.recorded(self._reader, who, p.retrieval_id,
+                                                  Visible(p.min_position, p.wait_ms))
         return message(found, pb.RetrievalRecord())
 
     @override
@@ -215,9 +213,9 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
                               ) -> pb.RetrievalReplay:
         who, p = await self._caller(context), params(RetrievalParams, request)
         with refusing():
-            record = await retrieval_http._recorded(self._reader, who, p.retrieval_id,
-                                                    p.min_position, p.wait_ms)
-            found = await retrieval_http._replay(self._semantic, who.tenant, record)
+            record = await retrieval_http.recorded(self._reader, who, p.retrieval_id,
+                                                   Visible(p.min_position, p.wait_ms))
+            found = await retrieval_http.replayed(self._semantic, who.tenant, record)
         return message(found, pb.RetrievalReplay())
 
     @override
@@ -225,10 +223,10 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def Chain(self, request: pb.ChainRequest, context: RpcContext) -> pb.ChainAnswer:
         who, p = await self._caller(context), params(ItemParams, request)
         with refusing():
-            item = _uuid(p.item_id, "item_id")
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+            item = uuid_of(p.item_id, "item_id")
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     lifecycle_http._chain, who.tenant, p.space_id, item,
-                                    p.as_of_position)
+                                    At(self._now(), p.as_of_position))
         if found is None:
             raise refusal(404, "not_found", f"memory item {item!r} not found in "
                           f"{p.space_id!r}")
@@ -239,9 +237,9 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def Policies(self, request: pb.PoliciesRequest, context: RpcContext
                        ) -> pb.PolicyHistory:
         who, p = await self._caller(context), params(LifecycleParams, request)
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     lifecycle_http._policies, who.tenant, p.space_id,
-                                    p.as_of_position)
+                                    At(self._now(), p.as_of_position))
         return message(found, pb.PolicyHistory())
 
     @override
@@ -249,9 +247,9 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def MergeSuggestions(self, request: pb.MergeSuggestionsRequest, context: RpcContext
                                ) -> pb.MergeSuggestionList:
         who, p = await self._caller(context), params(LifecycleParams, request)
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     lifecycle_http._suggestions, who.tenant, p.space_id,
-                                    p.as_of_position, p.limit)
+                                    At(self._now(), p.as_of_position), p.limit)
         return message(found, pb.MergeSuggestionList())
 
     @override
@@ -259,20 +257,17 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     async def Profile(self, request: pb.ProfileRequest, context: RpcContext
                       ) -> pb.ProfileAnswer:
         who, p = await self._caller(context), params(ProfileParams, request)
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     forming_http._profile, who.tenant, p.space_id, p.subject,
-                                    (_valid(p), p.as_of_position, p.recorded_at))
+                                    self._at(p))
         return message(found, pb.ProfileAnswer())
 
     @override
     @unary
     async def Themes(self, request: pb.ThemesRequest, context: RpcContext) -> pb.ThemeList:
         who, p = await self._caller(context), params(SpaceParams, request)
-        found = await self._visible(_needs(p.min_position, p.as_of_position), p.wait_ms,
+        found = await self._visible(needs(p.min_position, p.as_of_position), p.wait_ms,
                                     forming_http._themes, who.tenant, p.space_id,
-                                    (datetime.now(UTC), p.as_of_position, p.recorded_at))
+                                    At(self._now(), p.as_of_position, p.recorded_at))
         return message(found, pb.ThemeList())
 
-
-def _valid(p: TimeTravel) -> datetime:
-    return p.valid_at or datetime.now(UTC)

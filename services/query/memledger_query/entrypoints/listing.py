@@ -8,7 +8,8 @@ repeats a row while new ones are written. Erasure receipts need the admin role.
 """
 
 import asyncio
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -16,10 +17,18 @@ from fastapi.responses import Response
 from psycopg import Connection, sql
 
 from memledger_platform import receipts
+from memledger_platform.clock import Clock
 from memledger_query.core import views
 from memledger_query.core.reader import Reader
-from memledger_query.entrypoints.http import AsOf, MinPosition, Problem, WaitMs, _json, principal
-from memledger_query.entrypoints.http import read_visible as _read_visible
+from memledger_query.entrypoints import api
+from memledger_query.entrypoints.api import (
+    AsOf,
+    KeyHolder,
+    Problem,
+    Wait,
+    json_answer,
+    read_visible,
+)
 from memledger_schemas.api.reads import (
     AgentList,
     AgentSummary,
@@ -46,41 +55,36 @@ WHERE tenant_id = %(tenant)s AND position <= %(p)s AND agent_id > %(after)s
 ORDER BY agent_id LIMIT %(limit)s"""
 
 
-def router(reader: Reader) -> APIRouter:
-    routes = APIRouter(tags=["listings"])
+def router(reader: Reader, clock: Clock) -> APIRouter:
+    routes = api.router(tags=["listings"])
 
     @routes.get("/v1/spaces", response_model=SpaceList)
-    async def list_spaces(as_of_position: AsOf = None, status: Status = None,
-                          limit: Limit = 100, after: After = None,
-                          min_position: MinPosition = None, wait_ms: WaitMs = 2_000
+    async def list_spaces(who: KeyHolder, wait: Wait, as_of_position: AsOf = None,
+                          status: Status = None, limit: Limit = 100, after: After = None
                           ) -> Response:
-        who = principal()
         granted = sorted(who.spaces) if who.spaces is not None else None
-        page = _Page(as_of_position, limit, after or "")
-        return _json(await _read_visible(reader, _wanted(min_position, as_of_position),
-                                         wait_ms, spaces, who.tenant, granted, status, page))
+        page = Page(as_of_position, limit, after or "", clock.now())
+        return json_answer(await read_visible(reader, wait.needing(as_of_position), spaces,
+                                              who.tenant, granted, status, page))
 
     @routes.get("/v1/agents", response_model=AgentList)
-    async def list_agents(as_of_position: AsOf = None, limit: Limit = 100,
-                          after: After = None, min_position: MinPosition = None,
-                          wait_ms: WaitMs = 2_000) -> Response:
-        who = principal()
+    async def list_agents(who: KeyHolder, wait: Wait, as_of_position: AsOf = None,
+                          limit: Limit = 100, after: After = None) -> Response:
         if who.spaces is not None:
             raise Problem(403, "forbidden", "agents belong to the whole tenant: this key is "
                           "limited to some spaces", "header.Authorization")
-        page = _Page(as_of_position, limit, after or "")
-        return _json(await _read_visible(reader, _wanted(min_position, as_of_position),
-                                         wait_ms, agents, who.tenant, page))
+        page = Page(as_of_position, limit, after or "", clock.now())
+        return json_answer(await read_visible(reader, wait.needing(as_of_position), agents,
+                                              who.tenant, page))
 
     @routes.get("/v1/erasures", response_model=ErasureList)
-    async def list_erasures(limit: Limit = 100) -> Response:
-        who = principal()
+    async def list_erasures(who: KeyHolder, limit: Limit = 100) -> Response:
         if not who.may("admin") or who.spaces is not None:
             raise Problem(403, "forbidden", "erasure receipts need an admin key for the whole "
                           "tenant", "header.Authorization")
         found = await asyncio.to_thread(reader.run, erasures, reader.base_schema,
                                         who.tenant, limit)
-        return _json(found)
+        return json_answer(found)
 
     return routes
 
@@ -95,14 +99,20 @@ def erasures(conn: Connection[Any], _: str, base: str, tenant: str, limit: int
         for p, subject, at, by in found])
 
 
-class _Page:
-    def __init__(self, position: int | None, limit: int, after: str) -> None:
-        self.position, self.limit, self.after = position, limit, after
+@dataclass(frozen=True)
+class Page:
+    """A page of a listing: as of ``position`` (default: everything projected), ``limit``
+    rows after the id ``after``, valid at ``now``."""
+
+    position: int | None
+    limit: int
+    after: str
+    now: datetime
 
 
 def spaces(conn: Connection[Any], s: str, tenant: str, granted: list[str] | None,
-           status: str | None, page: _Page) -> SpaceList:
-    at = views.basis(conn, s, datetime.now(UTC), page.position, None)
+           status: str | None, page: Page) -> SpaceList:
+    at = views.basis(conn, s, page.now, page.position, None)
     rows = _rows(conn, _SPACES, s, {"tenant": tenant, "granted": granted, "status": status},
                  at, page)
     found = [SpaceSummary(space_id=r[0], name=r[1], description=r[2], status=r[3],
@@ -111,8 +121,8 @@ def spaces(conn: Connection[Any], s: str, tenant: str, granted: list[str] | None
     return SpaceList(basis=at, spaces=found, next_cursor=_next(found, page, "space_id"))
 
 
-def agents(conn: Connection[Any], s: str, tenant: str, page: _Page) -> AgentList:
-    at = views.basis(conn, s, datetime.now(UTC), page.position, None)
+def agents(conn: Connection[Any], s: str, tenant: str, page: Page) -> AgentList:
+    at = views.basis(conn, s, page.now, page.position, None)
     rows = _rows(conn, _AGENTS, s, {"tenant": tenant}, at, page)
     found = [AgentSummary(agent_id=r[0], name=r[1], description=r[2], registered_at=r[3],
                           position=r[4]) for r in rows]
@@ -120,16 +130,12 @@ def agents(conn: Connection[Any], s: str, tenant: str, page: _Page) -> AgentList
 
 
 def _rows(conn: Connection[Any], query: str, s: str, params: dict[str, Any], at: Basis,
-          page: _Page) -> list[tuple[Any, ...]]:
+          page: Page) -> list[tuple[Any, ...]]:
     statement = sql.SQL(query).format(s=sql.Identifier(s))
     return conn.execute(statement, {**params, "p": at.position, "after": page.after,
                                     "limit": page.limit}).fetchall()
 
 
-def _next(found: list[Any], page: _Page, key: str) -> str | None:
+def _next(found: list[Any], page: Page, key: str) -> str | None:
     return str(getattr(found[-1], key)) if len(found) == page.limit else None
 
-
-def _wanted(min_position: int | None, as_of_position: int | None) -> int | None:
-    wanted = [p for p in (min_position, as_of_position) if p is not None]
-    return max(wanted) if wanted else None

@@ -8,24 +8,22 @@ whole tenant if it read them all. Another tenant's retrieval, or one the key may
 not found.
 """
 
-import asyncio
-
-from fastapi import FastAPI
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from memledger_platform.auth import Principal
 from memledger_query.core import retrievals
-from memledger_query.core.reader import NotYetVisible, Reader
+from memledger_query.core.reader import Reader
 from memledger_query.core.retrieval_views import retrieval
-from memledger_query.entrypoints.http import (
-    RETRY_AFTER_SECONDS,
-    MinPosition,
+from memledger_query.entrypoints import api
+from memledger_query.entrypoints.api import (
+    Caller,
     Problem,
-    Tenant,
-    WaitMs,
-    _json,
-    _uuid,
-    principal,
+    Visible,
+    Wait,
+    json_answer,
+    read_visible,
+    uuid_of,
 )
 from memledger_query.entrypoints.semantic_http import (
     Semantic,
@@ -38,33 +36,28 @@ from memledger_query.entrypoints.semantic_http import (
 from memledger_schemas.api.retrievals import ReplayAnswer, RetrievalRecord, Shown
 
 
-def add_routes(app: FastAPI, semantic: Semantic) -> None:
-    """The retrieval audit's routes on a query app (its middleware authenticates)."""
-    @app.get("/v1/retrievals/{retrieval_id}", response_model=RetrievalRecord)
-    async def get_retrieval(retrieval_id: str, x_tenant: Tenant = None,
-                            min_position: MinPosition = None, wait_ms: WaitMs = 2_000
-                            ) -> Response:
-        return _json(await _recorded(semantic.reader, principal(), retrieval_id,
-                                     min_position, wait_ms))
+def router(semantic: Semantic) -> APIRouter:
+    """The retrieval audit's routes (the query app's middleware authenticates)."""
+    routes = api.router()
 
-    @app.post("/v1/retrievals/{retrieval_id}/replay", response_model=ReplayAnswer)
-    async def replay(retrieval_id: str, x_tenant: Tenant = None,
-                     min_position: MinPosition = None, wait_ms: WaitMs = 2_000) -> Response:
-        who = principal()
-        record = await _recorded(semantic.reader, who, retrieval_id, min_position, wait_ms)
-        return _json(await _replay(semantic, who.tenant, record))
+    @routes.get("/v1/retrievals/{retrieval_id}", response_model=RetrievalRecord)
+    async def get_retrieval(retrieval_id: str, who: Caller, wait: Wait) -> Response:
+        return json_answer(await recorded(semantic.reader, who, retrieval_id, wait))
+
+    @routes.post("/v1/retrievals/{retrieval_id}/replay", response_model=ReplayAnswer)
+    async def replay(retrieval_id: str, who: Caller, wait: Wait) -> Response:
+        record = await recorded(semantic.reader, who, retrieval_id, wait)
+        return json_answer(await replayed(semantic, who.tenant, record))
+
+    return routes
 
 
-async def _recorded(reader: Reader, who: Principal, retrieval_id: str,
-                    min_position: int | None, wait_ms: int) -> RetrievalRecord:
-    ident = _uuid(retrieval_id, "path.retrieval_id")
-    try:
-        await reader.wait_for(min_position, wait_ms)
-    except NotYetVisible as late:
-        raise Problem(503, "not_yet_visible", str(late), "query.min_position",
-                      projected_position=late.reached,
-                      retry_after_seconds=RETRY_AFTER_SECONDS) from None
-    found = await asyncio.to_thread(reader.run, retrieval, who.tenant, ident)
+async def recorded(reader: Reader, who: Principal, retrieval_id: str, wait: Visible
+                   ) -> RetrievalRecord:
+    """The retrieval ``who`` may read (404 for another tenant's, or one naming a space the
+    key may not read)."""
+    ident = uuid_of(retrieval_id, "path.retrieval_id")
+    found = await read_visible(reader, wait, retrieval, who.tenant, ident)
     if found is None or not _may_read(who, found.spaces):
         raise Problem(404, "not_found", f"retrieval {ident} not found")
     return found
@@ -77,7 +70,7 @@ def _may_read(who: Principal, spaces: list[str]) -> bool:
     return who.spaces is None or (bool(spaces) and all(who.sees(s) for s in spaces))
 
 
-async def _replay(semantic: Semantic, tenant: str, record: RetrievalRecord) -> ReplayAnswer:
+async def replayed(semantic: Semantic, tenant: str, record: RetrievalRecord) -> ReplayAnswer:
     """The recorded request at its recorded basis (pinned in its parameters), unaudited."""
     shown: list[Shown]
     if record.operation == "search":

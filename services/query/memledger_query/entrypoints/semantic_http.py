@@ -14,12 +14,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from fastapi import FastAPI
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
 
 from memledger_platform.auth import Denied, Principal, require
+from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.vectorindex.port import MESSAGE_KIND as MESSAGE
 from memledger_platform.vectorindex.port import MESSAGE_LAYER as CONVERSATION
@@ -41,17 +43,25 @@ from memledger_query.core.index_progress import Progress
 from memledger_query.core.ranking import MODES, Ranked, Recipe, policy_version
 from memledger_query.core.reader import NotYetVisible, Reader
 from memledger_query.core.recorder import NoRecorder, Recorder
-from memledger_query.core.semantic import Layer, Periods, QueryVector, Rerank, SignalLookup
+from memledger_query.core.semantic import (
+    Layer,
+    Periods,
+    QueryVector,
+    Refinements,
+    Rerank,
+    SignalLookup,
+)
 from memledger_query.core.semantic import search as semantic_search
-from memledger_query.entrypoints.forming_http import theme_members
-from memledger_query.entrypoints.http import (
+from memledger_query.entrypoints import api
+from memledger_query.entrypoints.api import (
     RETRY_AFTER_SECONDS,
+    Caller,
+    KeyHolder,
     Problem,
-    Tenant,
-    _json,
-    principal,
+    json_answer,
     within_head,
 )
+from memledger_query.entrypoints.forming_http import theme_members
 from memledger_schemas.api.reads import Basis
 from memledger_schemas.api.semantic import (
     ContextAnswer,
@@ -65,6 +75,7 @@ from memledger_schemas.api.semantic import (
     TimeWindow,
     Window,
 )
+from memledger_schemas.api.vectors import SUMMARY_PATH, VectorSummary
 
 _QUERY_CACHE = 2_048
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,6 +100,8 @@ class Semantic:
     embed_timeout: float = 1.5
     """How long a search waits for its query's embedding before ranking by keywords alone
     (``degrade``)."""
+    clock: Clock = field(default_factory=SystemClock)
+    """What "now" is: the valid time of a search or context call that names none."""
 
     def __post_init__(self) -> None:
         self.embed_query: Callable[[str], tuple[float, ...]] = functools.lru_cache(
@@ -126,23 +139,30 @@ class Semantic:
                                 time.monotonic() + self.embed_timeout)
 
 
-def add_routes(app: FastAPI, semantic: Semantic) -> None:
-    """Search and context on ``app`` (a query app: its middleware has authenticated the caller;
-    the tenant header parameter is declared for the OpenAPI document)."""
-    @app.post("/v1/search", response_model=SearchAnswer)
-    async def search(body: SearchRequest, x_tenant: Tenant = None) -> Any:
-        who = principal()
-        return _json(await answer_search(semantic, who.tenant, _actor(who),
-                                         _within_grants(who, body), sorted(who.spaces or ())))
+def router(semantic: Semantic) -> APIRouter:
+    """Search, context and the vector digest (the query app's middleware has authenticated
+    the caller)."""
+    routes = api.router()
 
-    @app.post("/v1/context", response_model=ContextAnswer)
-    async def context(body: ContextRequest, x_tenant: Tenant = None) -> Any:
-        who = principal()
+    @routes.post("/v1/search", response_model=SearchAnswer)
+    async def search(body: SearchRequest, who: Caller) -> Response:
+        return json_answer(await answer_search(semantic, who.tenant, _actor(who),
+                                               _within_grants(who, body),
+                                               sorted(who.spaces or ())))
+
+    @routes.post("/v1/context", response_model=ContextAnswer)
+    async def context(body: ContextRequest, who: Caller) -> Response:
         _allowed(who, [body.space_id], "body.space_id")
-        return _json(await answer_context(semantic, who.tenant, _actor(who), body))
+        return json_answer(await answer_context(semantic, who.tenant, _actor(who), body))
 
-    vector_summary.add_route(app, semantic.index, semantic.progress, semantic.reader,
-                             semantic.run)
+    @routes.get(SUMMARY_PATH, response_model=VectorSummary)
+    async def vectors_summary(
+            who: KeyHolder, as_of_position: Annotated[int | None, Query(ge=0)] = None,
+            wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 2_000) -> VectorSummary:
+        return await vector_summary.summary(semantic.index, semantic.progress, semantic.reader,
+                                            semantic.run, who, as_of_position, wait_ms)
+
+    return routes
 
 
 async def answer_search(semantic: Semantic, tenant: str, actor: str, body: SearchRequest,
@@ -219,7 +239,7 @@ async def _basis(semantic: Semantic, body: TimeTravel) -> Basis:
         raise Problem(503, "not_yet_visible", f"the vector index reached position {reached}, "
                       f"not {wanted}, in time", "body.min_position", projected_position=reached,
                       retry_after_seconds=RETRY_AFTER_SECONDS)
-    valid_at = body.valid_at or datetime.now(UTC)
+    valid_at = body.valid_at or semantic.clock.now()
     position, recorded_at = body.as_of_position, None
     if body.recorded_at is not None and position is None:
         found = await asyncio.to_thread(semantic.reader.run, views.basis, valid_at, None,
@@ -273,11 +293,11 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
     found = semantic_search(semantic.index, vector, body.query,
                             _layers(tenant, body, at, body.k or mode.k, granted, members),
-                            recipe,
-                            threshold=threshold, now=at.valid_at.timestamp(),
-                            subject=body.subject,
-                            signals=_signals(semantic, tenant, at, recipe, signalled),
-                            periods=named, rerank=semantic.rerank)
+                            recipe, threshold=threshold, now=at.valid_at.timestamp(),
+                            refine=Refinements(
+                                subject=body.subject,
+                                signals=_signals(semantic, tenant, at, recipe, signalled),
+                                periods=named, rerank=semantic.rerank))
     ranked = [r for layer in found for r in layer.hits]
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
     hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
@@ -436,7 +456,8 @@ def _context_reads(conn: Any, s: str, tenant: str, body: ContextRequest, at: Bas
         turns = [packing.Entry(f"{m.role}: {m.content}", m.message_id)
                  for m in reversed(talk.messages)]
         last_user = next((m.content for m in reversed(talk.messages) if m.role == "user"), None)
-    rules = views.items(conn, s, tenant, space, at, kinds=["steering_rule", "preference"])
+    rules = views.items(conn, s, tenant, space, at,
+                        views.ItemFilters(kinds=["steering_rule", "preference"]))
     extracted = context_views.extracted_preferences(conn, s, tenant, space, at)
     preferences = (steering.rules_then_candidates(
         rules, steering.candidates(conn, s, tenant, space, at))

@@ -7,24 +7,19 @@ earlier state of a session).
 """
 
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 from psycopg import Connection, sql
 
+from memledger_platform.clock import Clock
 from memledger_query.core import views
 from memledger_query.core.reader import Reader
-from memledger_query.entrypoints.http import (
-    MinPosition,
-    Tenant,
-    WaitMs,
-    _json,
-    known_space,
-    principal,
-)
-from memledger_query.entrypoints.http import read_visible as _read_visible
+from memledger_query.entrypoints import api
+from memledger_query.entrypoints.api import Caller, Wait, json_answer, read_visible
+from memledger_query.entrypoints.reads import known_space
 from memledger_schemas.api.reads import SpaceStats
 
 TOP_TAGS = 50
@@ -54,24 +49,23 @@ WHERE tenant_id = %(tenant)s AND space_id = %(space)s AND asserted_position <= %
 GROUP BY 1"""
 
 
-def router(reader: Reader) -> APIRouter:
-    routes = APIRouter(tags=["listings"])
+def router(reader: Reader, clock: Clock) -> APIRouter:
+    routes = api.router(tags=["listings"])
 
     @routes.get("/v1/spaces/{space_id}/stats", response_model=SpaceStats)
-    async def space_stats(space_id: str, x_tenant: Tenant = None,
-                          min_position: MinPosition = None, wait_ms: WaitMs = 2_000
-                          ) -> Response:
-        return _json(await _read_visible(reader, min_position, wait_ms, stats,
-                                         principal().tenant, space_id))
+    async def space_stats(space_id: str, who: Caller, wait: Wait) -> Response:
+        return json_answer(await read_visible(reader, wait, stats, who.tenant, space_id,
+                                              clock.now()))
 
     return routes
 
 
-def stats(conn: Connection[Any], s: str, tenant: str, space: str) -> SpaceStats:
-    """The counts of ``space`` at the latest projected position (404 for a space the tenant
-    does not have)."""
+def stats(conn: Connection[Any], s: str, tenant: str, space: str, now: datetime
+          ) -> SpaceStats:
+    """The counts of ``space`` at the latest projected position, valid at ``now`` (404 for a
+    space the tenant does not have)."""
     known_space(conn, s, tenant, space, empty=True)
-    at = views.basis(conn, s, datetime.now(UTC), None, None)
+    at = views.basis(conn, s, now, None, None)
     params = {"tenant": tenant, "space": space, "p": at.position, "now": at.valid_at,
               "top": TOP_TAGS}
     items: dict[str, dict[str, int]] = defaultdict(dict)
