@@ -16,8 +16,8 @@ forever. Writes never wait for any of this: it runs behind the log.
 """
 
 import asyncio
-from dataclasses import dataclass
 import logging
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
