@@ -141,6 +141,9 @@ async def test_an_erased_subject_leaves_no_trace_and_the_others_keep_theirs(
     await eventually(holds(lambda: _async(lambda: bool(_pg_hits(engines.postgres_dsn, ADA))),
                            "the read models never showed the subject's data"), timeout=30)
     await eventually(holds(lambda: _async(lambda: p.enricher.enriched >= 4)), timeout=30)
+    # the index holds the subject's embedded points before the erasure (what it purges)
+    embedded = await asyncio.to_thread(event_store_position, writer)
+    assert await p.vectors.wait_for(embedded, 30), "the vector index never reached the writes"
     with psycopg.connect(engines.postgres_dsn) as conn:
         log_text = " ".join(_text(r[0]) for r in conn.execute(sql.SQL(
             "SELECT state FROM {}.memledger_events").format(sql.Identifier(pg_schema))))
