@@ -16,6 +16,7 @@ import os
 import random
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,9 @@ LIST_PAGE = 1_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="each phase (default 10)")
+    parser.add_argument("--warmup", type=float, default=3.0,
+                        help="seconds of the largest shape's load first, not reported "
+                        "(default 3: the first phase is then not the one that warms up)")
     parser.add_argument("--writers", type=int, default=4, help="concurrent writing clients")
     parser.add_argument("--searchers", type=int, default=2, help="concurrent searching clients")
     parser.add_argument("--readers", type=int, default=2, help="concurrent as-of readers")
@@ -83,7 +87,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     top = Topology(nats_nodes=args.nats_nodes,
                    ingest_replicas=max(i for i, _ in wanted),
                    query_replicas=max(q for _, q in wanted))
-    with (Steps(total=len(wanted) + 4) as steps,
+    with (Steps(total=len(wanted) + 5) as steps,
           tempfile.TemporaryDirectory(prefix="memledger-scale-",
                                       ignore_cleanup_errors=True) as home):
         cluster = Cluster(Path(home), top, embedder=args.embedder)
@@ -95,10 +99,14 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             phases: list[dict[str, Any]] = []
             acked: list[Acked] = []
             wrong: list[str] = []
-            for ingest, query in wanted:
-                steps.step(f"mixed load, {ingest} ingest x {query} query, {args.seconds:g}s")
-                figures, phase = await _phase(cluster, args, (ingest, query), seeds)
-                phases.append(figures)
+            largest = (top.ingest_replicas, top.query_replicas)
+            runs = [(True, largest, args.warmup)] if args.warmup > 0 else []
+            for warmup, shape, seconds in [*runs, *((False, s, args.seconds) for s in wanted)]:
+                steps.step(f"mixed load, {shape[0]} ingest x {shape[1]} query, {seconds:g}s"
+                           f"{' (warm-up)' if warmup else ''}")
+                figures, phase = await _phase(cluster, args, shape, seeds, seconds)
+                if not warmup:
+                    phases.append(figures)
                 acked += phase.acked
                 wrong += phase.wrong
             steps.step("checking every acknowledged write")
@@ -113,7 +121,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "check": checked, "scaling": _scaling(phases), "embedder": args.embedder,
             "nats_nodes": args.nats_nodes, "writers": args.writers,
             "searchers": args.searchers, "readers": args.readers,
-            "seconds_per_phase": args.seconds, "cpus": os.cpu_count(),
+            "seconds_per_phase": args.seconds, "warmup_seconds": args.warmup,
+            "cpus": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -131,14 +140,14 @@ async def _seed(cluster: Cluster) -> list[Acked]:
 
 
 async def _phase(cluster: Cluster, args: argparse.Namespace, shape: tuple[int, int],
-                 seeds: list[Acked]) -> tuple[dict[str, Any], Phase]:
+                 seeds: list[Acked], seconds: float) -> tuple[dict[str, Any], Phase]:
     ingest_urls, query_urls = cluster.ingest_urls[:shape[0]], cluster.query_urls[:shape[1]]
-    space = f"scale-i{shape[0]}q{shape[1]}"
+    space = f"scale-{uuid.uuid4().hex[:8]}-i{shape[0]}q{shape[1]}"
     async with aiohttp.ClientSession() as http:
         await _send(http, "POST", f"{ingest_urls[0]}/v1/spaces", {"space_id": space})
     phase, before = Phase(), _cpu(cluster)
     start = time.monotonic()
-    deadline = start + args.seconds
+    deadline = start + seconds
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         clients = ([_loop(deadline, _writer(http, ingest_urls[w % len(ingest_urls)], space, w,
                                             phase), phase, "write")
