@@ -10,12 +10,10 @@ import pytest
 from cryptography.exceptions import InvalidTag
 
 from memledger_ingest.core.writer import GroupCommitWriter
-from memledger_platform import crypto
 from memledger_platform.crypto import (
     ERASED,
     PERSONAL,
     MemoryKeyring,
-    Opener,
     is_sealed,
     new_key,
     open_document,
@@ -56,22 +54,6 @@ def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> Non
     assert keyring.destroy("acme", "user-7") == [key.key_id]
     erased = open_document(_document(sealed), keyring.key)["payload"]
     assert erased == {**payload, "content": ERASED, "triple": None}
-
-
-def test_an_erasure_read_by_an_opener_leaves_no_cipher_of_a_key_behind() -> None:
-    """Ciphers are made once per key (a rebuild opens every event with a few keys); a
-    ``subject.erased`` passing an ``Opener`` drops them with the keyring's cached keys."""
-    keyring = MemoryKeyring()
-    key = keyring.for_writing("acme", "user-7", "main")
-    sealed = seal_payload({"item_id": "i", "content": SECRET}, "memory.asserted", "e1", key)
-    opener = Opener(keyring)
-    assert opener(_document(sealed))["payload"]["content"] == SECRET
-    assert crypto._cipher.cache_info().currsize > 0
-    keyring.destroy("acme", "user-7")
-    opener({"event_type": "subject.erased", "event_id": "e2",
-            "payload": {"key_id": key.key_id}})
-    assert crypto._cipher.cache_info().currsize == 0
-    assert opener(_document(sealed))["payload"]["content"] == ERASED
 
 
 def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_itself() -> None:

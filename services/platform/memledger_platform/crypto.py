@@ -20,7 +20,6 @@ before it is stored or published; destroying the key erases it everywhere the lo
 
 import base64
 import binascii
-import functools
 import hashlib
 import hmac
 import os
@@ -248,16 +247,7 @@ def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placehold
     if key is None:
         return placeholder
     raw = binascii.a2b_base64(box.encode().translate(_FROM_URLSAFE) + b"=" * (-len(box) % 4))
-    return _value(_cipher(key).decrypt(raw[:12], raw[12:], aad.encode()))
-
-
-@functools.lru_cache(maxsize=1024)
-def _cipher(key: bytes) -> AESGCM:
-    """The cipher of ``key``, made once: a rebuild opens every event of the log with the few
-    keys of its subjects, and making it took more than half the time of a decryption. Asked
-    only with a key the keyring still gives (an erased one is gone from the cache too:
-    ``Opener``)."""
-    return AESGCM(key)
+    return _value(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
 
 
 _SEALED_KEY_ID = re.compile(rb'"' + re.escape(PREFIX.encode()) + rb'([^:"]+):')
@@ -320,7 +310,6 @@ class Opener:
     def __call__(self, document: dict[str, Any]) -> dict[str, Any]:
         if document.get("event_type") == EventType.SUBJECT_ERASED and self._keyring is not None:
             self._keyring.forget(str(document["payload"].get("key_id", "")).split(","))
-            _cipher.cache_clear()  # no copy of an erased key is kept
         return open_document(document, self._keyring.key if self._keyring else _no_key)
 
     def keys(self, key_ids: Collection[str]) -> dict[str, bytes | None]:
