@@ -237,10 +237,10 @@ class FormingFold:
     def _signalled(self) -> Iterator[tuple[str, str, int]]:
         """(tenant, item id, row) of the items with a signal or a prior, in that order."""
         t = self.table
-        for tenant in sorted(t.rows):
-            for item_id, row in sorted(t.rows[tenant].items()):
-                if t.col["last"][row] != 0:
-                    yield tenant, item_id, row
+        # Only those rows are sorted (not every item's id: most have no signal).
+        found = sorted((t.text(int(row), "tenant") or "", t.ids[row], int(row))
+                       for row in np.flatnonzero(t.column("last") != 0))
+        yield from found
 
     def themes(self, lifecycle: LifecycleFold) -> Iterator[tuple[str, c.RecordTheme]]:
         """What changed in the themes of the spaces whose memories changed."""
