@@ -3,6 +3,7 @@ embedding, both in one decision; an embedding of another model or size than the 
 refused naming the field; the enricher skips what an import embedded (in the same batch, and
 an assertion that ends a fetch is held for the next one, so the pair is never split)."""
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, cast
 from uuid import UUID
@@ -12,6 +13,7 @@ import pytest
 
 from memledger_enricher.plan import Source, embedded_already, embedding_of
 from memledger_enricher.service import Enricher
+from memledger_ingest.core.results import request_hash
 from memledger_ingest.core.writer import GroupCommitWriter, Rejected
 from memledger_ingest.domain.decide import Context, decide
 from memledger_ingest.domain.errors import Invalid
@@ -157,3 +159,14 @@ async def test_a_batch_of_imports_reads_the_store_once_not_once_per_new_item() -
     assert [r.command for r in results] == ["import_memory"] * 20
     types = [r.event_type for r in store.read_all(0, 100)]
     assert types.count("memory.asserted") == types.count("memory.embedded") == 20
+
+
+@pytest.mark.parametrize("command", [
+    _import(content="ciel bleu \u2028 é", idempotency_key="k"),
+    c.SetSpacePolicy.model_validate({"space_id": "notes", "retention_days": {"fact": 3}})])
+def test_a_requests_digest_is_the_one_recorded_before_from_its_json_text(
+        command: c.CommandBase) -> None:
+    text = command.model_dump_json()
+    if isinstance(command, c.SetSpacePolicy):
+        text += "|" + ",".join(sorted(command.model_fields_set))
+    assert request_hash(command) == hashlib.sha256(text.encode()).hexdigest()[:32]

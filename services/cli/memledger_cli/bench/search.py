@@ -91,7 +91,7 @@ class Corpus:
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
-    with Steps(total=7) as steps:
+    with Steps(total=8) as steps:
         steps.step("embedding base sentences and queries with the local model")
         data = Corpus(args)
         exact = corpus.exact_top_k(data.vectors.astype(np.float32),
@@ -116,8 +116,11 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
     started = time.monotonic()
     last, timeouts = await _load(http, data, args.clients)
     load_s = time.monotonic() - started
-    steps.step("waiting for the vector index, then for the server to go quiet")
+    steps.step(f"loaded in {load_s:.0f} s ({args.items / load_s:.0f} items/s); waiting for "
+               "the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
+    steps.step(f"indexed {indexed_s:.0f} s after the load "
+               f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     quiet_s = await wait_quiet()
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
     cpu = server_cpu_seconds()

@@ -41,10 +41,12 @@ def command_name(cmd: CommandBase) -> str:
 
 
 def request_hash(cmd: CommandBase) -> str:
-    text = cmd.model_dump_json()
+    # The serializer's bytes, as ``model_dump_json`` encoded (the same digest), without
+    # decoding and encoding them again: an import's vector makes them kilobytes.
+    text = cmd.__pydantic_serializer__.to_json(cmd)
     if isinstance(cmd, SetSpacePolicy):  # a partial update: what it names is the request too
-        text += "|" + ",".join(sorted(cmd.model_fields_set))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+        text += ("|" + ",".join(sorted(cmd.model_fields_set))).encode()
+    return hashlib.sha256(text).hexdigest()[:32]
 
 
 def key_record(ctx: Context, key: str, request_hash: str, events: list[NewEvent],
