@@ -50,6 +50,7 @@ from memledger_cli.bench.settle import (
     server_cpu_seconds,
     wait_indexed,
     wait_quiet,
+    wait_searchable,
 )
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 
@@ -122,6 +123,9 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
     steps.step(f"indexed {indexed_s:.0f} s after the load "
                f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     quiet_s = await wait_quiet()
+    # The index builds its HNSW graph once the projector is idle, answering no search
+    # meanwhile: quiet before that build began is not quiet yet.
+    quiet_s += await wait_searchable(http) + await wait_quiet()
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
     cpu = server_cpu_seconds()
     latencies = [await _timed_search(http, q) for q in data.queries]
