@@ -40,10 +40,11 @@ def command_name(cmd: CommandBase) -> str:
     return str(getattr(cmd, "command", type(cmd).__name__))
 
 
-def request_hash(cmd: CommandBase) -> str:
-    # The serializer's bytes, as ``model_dump_json`` encoded (the same digest), without
-    # decoding and encoding them again: an import's vector makes them kilobytes.
-    text = cmd.__pydantic_serializer__.to_json(cmd)
+def request_hash(cmd: CommandBase, text: bytes | None = None) -> str:
+    """The digest of the request ``cmd``; ``text``: its JSON (the serializer's), if already
+    made. The serializer's bytes are what ``model_dump_json`` encodes (the same digest),
+    without decoding and encoding them again: an import's vector makes them kilobytes."""
+    text = cmd.__pydantic_serializer__.to_json(cmd) if text is None else text
     if isinstance(cmd, SetSpacePolicy):  # a partial update: what it names is the request too
         text += ("|" + ",".join(sorted(cmd.model_fields_set))).encode()
     return hashlib.sha256(text).hexdigest()[:32]

@@ -80,6 +80,8 @@ class _Unit:
     done: Callable[[list[CommandResult] | BaseException], None]
     size: int
     """The commands' JSON size in bytes: about what the unit adds to a group's commit."""
+    texts: tuple[bytes, ...] = ()
+    """Each command's JSON, whose digest is its request's (``request_hash``)."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,9 @@ class GroupCommitWriter:
         now = self._clock.now()
         contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew, self._index)
                          for _ in commands)
-        size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
-        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))
+        texts = tuple(c.__pydantic_serializer__.to_json(c) for c in commands)
+        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done,
+                              sum(map(len, texts)), texts))
         return await future
 
     # --- writer thread ------------------------------------------------------------------
@@ -387,7 +390,8 @@ class GroupCommitWriter:
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
                   known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
-        digest = request_hash(cmd) if key is not None else ""
+        text = plan.unit.texts[index] if index < len(plan.unit.texts) else None
+        digest = request_hash(cmd, text) if key is not None else ""
         if key is not None and self._repeats(plan, index, (ctx.tenant, key), digest, known):
             return
         overlay = plan.states
