@@ -26,9 +26,10 @@ ranks them (``search_recall_at_10``), against the exact top 10 by brute force (e
 inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (40 hits with
 their payload, without vectors: collapse looks up the few it needs) on the raw index;
 ``search_raw`` times the other parts of a search too. ``search_server_cpu_ms`` is the CPU of
-every server process per search, steadier than wall time on a shared machine. The default 100k
-run takes several minutes (loading, then an HNSW build in the server and another in the raw
-index).
+every server process per search, steadier than wall time on a shared machine, and
+``load_server_cpu_ms_per_item`` theirs per item from the load's start until it is indexed.
+The default 100k run takes several minutes (loading, then an HNSW build in the server and
+another in the raw index).
 """
 
 import argparse
@@ -114,12 +115,13 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
                          args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
     await post(http, "/v1/spaces", {"space_id": SPACE})
     steps.step(f"importing {args.items} items with their vectors (/v1/batch, import_memory)")
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), server_cpu_seconds()
     last, timeouts = await _load(http, data, args.clients)
     load_s = time.monotonic() - started
     steps.step(f"loaded in {load_s:.0f} s ({args.items / load_s:.0f} items/s); waiting for "
                "the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
+    load_cpu = _per_query_ms(cpu_before, server_cpu_seconds(), args.items)
     steps.step(f"indexed {indexed_s:.0f} s after the load "
                f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     quiet_s = await wait_quiet()
@@ -139,14 +141,15 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
             "search_recall_at_10": round(corpus.recall(found, exact), 4),
             "load_s": round(load_s, 1), "load_items_per_s": round(args.items / load_s, 1),
             "indexed_items_per_s": round(args.items / (load_s + indexed_s), 1),
+            "load_server_cpu_ms_per_item": load_cpu,
             "load_batches_timed_out": timeouts,
             "indexed_s_after_load": round(indexed_s, 1),
             "settled_s_after_indexed": round(quiet_s, 1)}
 
 
 def _per_query_ms(before: float | None, after: float | None, count: int) -> float | None:
-    """CPU of the whole server (all its processes) per search: steadier than wall time when
-    other work shares the machine."""
+    """CPU of the whole server (all its processes) per search, or per item loaded: steadier
+    than wall time when other work shares the machine."""
     if before is None or after is None:
         return None
     return round((after - before) * 1000 / count, 2)
