@@ -157,7 +157,7 @@ def _per_query_ms(before: float | None, after: float | None, count: int) -> floa
 
 async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tuple[int, int]:
     """Import every item in batches of 500; (the last position, how many batches timed out
-    and were sent again: every command has an idempotency key)."""
+    or were given up on, and were sent again: every command has an idempotency key)."""
     starts = iter(range(0, len(data.ids), 500))
     last = timeouts = 0
 
@@ -174,11 +174,16 @@ async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tupl
 
 
 async def _batch(http: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The batch's answer, or ``None`` when the server answered 504 (no answer in time)."""
+    """The batch's answer, or ``None`` when the server answered 504 (no answer in time) or
+    503 (its commit was given up on, e.g. on a machine other work overloads): sent again after
+    a second, with the same idempotency keys."""
     try:
         return await post(http, "/v1/batch", body)
     except RuntimeError as error:
         if "-> 504" in str(error):
+            return None
+        if "-> 503" in str(error):
+            await asyncio.sleep(1.0)
             return None
         raise
 
