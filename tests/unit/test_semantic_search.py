@@ -2,9 +2,10 @@
 tenants and spaces never leak, layers never repeat an item, the threshold and the subject
 filter cut, near-duplicates collapse."""
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memledger_platform.embedding.embedder import HashingEmbedder
@@ -214,3 +215,35 @@ def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searc
 
     assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
     assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))
+
+
+class CountingIndex(InMemoryVectorIndex):
+    """The exact index, counting the vectors looked up by point id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looked_up: list[str] = []
+
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        self.looked_up += point_ids
+        return super().vectors(point_ids)
+
+
+def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> None:
+    query = EMBEDDER.embed_query(QUERY)
+    # 40 items closer in meaning fill dense search's candidates (max(5 * 4, 40)), so the
+    # item that names the query's words is found by its words alone.
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    words = point(1, HOME)  # cosine 0.87 with the query: below every one of the 40
+    index = CountingIndex()
+    index.upsert([*closer, words])
+    [layer] = search(index, query, QUERY, [Layer("space", scope(), 5)], RECIPE,
+                     threshold=0.0, now=NOW)
+    hit = next(r for r in layer.hits if r.candidate.item_id == "item-1")
+    own = np.dot(EMBEDDER.embed_query(HOME), query) / np.linalg.norm(query) ** 2
+    assert hit.candidate.dense == pytest.approx(own, abs=1e-5), \
+        "its own cosine, not the 0 of a missing score"
+    assert layer.hits[0].candidate.item_id == "item-1", "meaning and words: first"
+    assert index.looked_up.count(words.point_id) == 1, "collapse reuses the vector looked up"

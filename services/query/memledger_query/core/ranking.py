@@ -17,6 +17,8 @@ retrieval benchmark, orders the results:
                       * (1 + time_weight * nearness)
                       * (1 + session_weight * session_keyword)
 
+``cosine`` is the candidate's own: a candidate found by its words alone gets the cosine of its
+stored vector with the query (``complete_dense``), not 0, when the query was embedded.
 ``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
 said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
 none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
@@ -39,7 +41,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -258,6 +260,24 @@ def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[st
         if session is not None and c.keyword:
             best[session] = max(best.get(session, 0.0), _keyword(c.keyword, recipe))
     return best
+
+
+def complete_dense(candidates: Sequence[Candidate], query: Sequence[float],
+                   vectors: Mapping[str, Sequence[float]]) -> list[Candidate]:
+    """``candidates`` with the cosine to ``query`` of those found by their words alone
+    (``dense`` None), from their stored ``vectors`` by item id; one without a vector (not yet
+    embedded) stays as it is. Dense search returns only its best few, so a turn that names
+    the query's words but was not among them would otherwise rank as if its meaning were
+    unrelated (cosine 0), below every hit dense search did return."""
+    unit = _unit(query)
+    missing = [c for c in candidates if c.dense is None and c.item_id in vectors]
+    if unit is None or not missing:
+        return list(candidates)
+    matrix = np.asarray([vectors[c.item_id] for c in missing], dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1)
+    cosines = (matrix @ unit) / np.where(norms > 0, norms, 1.0)
+    found = {c.item_id: float(x) for c, x in zip(missing, cosines, strict=True)}
+    return [replace(c, dense=found[c.item_id]) if c.item_id in found else c for c in candidates]
 
 
 def _keyword(raw: float, recipe: Recipe) -> float:

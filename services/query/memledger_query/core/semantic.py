@@ -17,6 +17,7 @@ from memledger_query.core.ranking import (
     Signals,
     VectorLookup,
     collapse,
+    complete_dense,
     rank,
 )
 from memledger_query.core.rerank import Reranker, reorder
@@ -91,12 +92,18 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer.name)
                 if _about(c, more.subject) and _outside(c, layer.other_than_session)]
                for layer, found in zip(layers, keyword, strict=True)]
+    vectors = _vectors_of(index)
+    if dense is not None:
+        # One lookup for every layer's candidates found by their words alone; collapse
+        # reuses the vectors (``_vectors_of``).
+        words_only = [c for candidates in fetched for c in candidates if c.dense is None]
+        own = vectors(words_only) if words_only else {}
+        fetched = [complete_dense(candidates, dense, own) for candidates in fetched]
     named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
     seen: set[str] = set()
     found = []
-    vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
         ranked = [r for r in rank(fresh, recipe, now, known, named)
@@ -148,10 +155,17 @@ def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candid
 
 def _vectors_of(index: VectorIndex) -> VectorLookup:
     """The candidates' vectors from their points (a keyword hit's too: an embedded item found
-    by its words alone is collapsed like any other)."""
+    by its words alone is collapsed like any other), each point looked up once a search."""
+    looked: dict[str, Sequence[float] | None] = {}
+
     def lookup(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
-        items = {c.point_id: c.item_id for c in candidates if c.point_id is not None}
-        return {items[point]: vector for point, vector in index.vectors(list(items)).items()}
+        items = {c.point_id: c.item_id for c in candidates
+                 if c.point_id is not None and c.point_id not in looked}
+        if items:
+            found = index.vectors(list(items))
+            looked.update({point: found.get(point) for point in items})
+        return {c.item_id: vector for c in candidates if c.point_id is not None
+                and (vector := looked.get(c.point_id)) is not None}
     return lookup
 
 
