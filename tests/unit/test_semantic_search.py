@@ -246,4 +246,4 @@ def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> 
     assert hit.candidate.dense == pytest.approx(own, abs=1e-5), \
         "its own cosine, not the 0 of a missing score"
     assert layer.hits[0].candidate.item_id == "item-1", "meaning and words: first"
-    assert index.looked_up.count(words.point_id) == 1, "collapse reuses the vector looked up"
+    assert index.looked_up.count(words.point_id) == 1, "looked up by collapse alone"
