@@ -11,8 +11,8 @@ import pytest
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
-from memledger_platform.vectorindex.sparse import encode_document
-from memledger_query.core.ranking import MODES, Recipe, Signals
+from memledger_platform.vectorindex.sparse import encode_document, encode_query
+from memledger_query.core.ranking import MODES, Candidate, Recipe, Signals, rank
 from memledger_query.core.semantic import Found, Layer, Refinements, search
 
 NOW = 1.79e9
@@ -247,3 +247,32 @@ def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> 
         "its own cosine, not the 0 of a missing score"
     assert layer.hits[0].candidate.item_id == "item-1", "meaning and words: first"
     assert index.looked_up.count(words.point_id) == 1, "looked up by collapse alone"
+
+
+def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring_all(
+        ) -> None:
+    query = np.asarray(EMBEDDER.embed_query(QUERY))
+    rng = np.random.default_rng(7)
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    # items naming some of the query's words, their meanings from near to unrelated
+    words = [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
+                          list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
+                          point(200 + n, text).payload | {"item_id": f"words-{n}"},
+                          encode_document(text))
+             for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+    index = CountingIndex()
+    index.upsert([*closer, *words])
+    layer = Layer("space", scope(), 5)
+    [found] = search(index, list(query), QUERY, [layer], RECIPE, threshold=0.0, now=NOW)
+    cosines = {p.payload["item_id"]: float(np.dot(p.vector, query) / np.linalg.norm(p.vector)
+                                           / np.linalg.norm(query)) for p in words}
+    everything = [Candidate(p.payload["item_id"], p.payload, dense=1.0) for p in closer] + [
+        Candidate(p.payload["item_id"], p.payload, dense=cosines[p.payload["item_id"]],
+                  keyword=h.score)
+        for p in words for h in index.search_sparse(encode_query(QUERY), scope(), 100)
+        if h.payload["item_id"] == p.payload["item_id"]]
+    expected = [r.candidate.item_id for r in rank(everything, RECIPE, NOW)][:5]
+    assert [r.candidate.item_id for r in found.hits] == expected
+    assert any(r.candidate.item_id.startswith("words") for r in found.hits)
