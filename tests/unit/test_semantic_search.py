@@ -266,8 +266,9 @@ def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring
     index.upsert([*closer, *words])
     layer = Layer("space", scope(), 5)
     [found] = search(index, list(query), QUERY, [layer], RECIPE, threshold=0.0, now=NOW)
-    cosines = {p.payload["item_id"]: float(np.dot(p.vector, query) / np.linalg.norm(p.vector)
-                                           / np.linalg.norm(query)) for p in words}
+    vectors = {p.payload["item_id"]: np.asarray(p.vector) for p in words}
+    cosines = {item: float(v @ query / np.linalg.norm(v) / np.linalg.norm(query))
+               for item, v in vectors.items()}
     everything = [Candidate(p.payload["item_id"], p.payload, dense=1.0) for p in closer] + [
         Candidate(p.payload["item_id"], p.payload, dense=cosines[p.payload["item_id"]],
                   keyword=h.score)
