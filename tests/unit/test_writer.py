@@ -2,6 +2,7 @@
 
 import asyncio
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,6 +11,7 @@ from uuid import UUID
 
 import pytest
 
+from memledger_ingest.core.results import encoded, request_hash
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
 from memledger_platform.crypto import MemoryKeyring
@@ -480,3 +482,18 @@ async def test_stop_finishes_the_submissions_queued_before_it() -> None:
 
     assert len(results) == 11
     assert store.max_position() == 11
+
+
+@pytest.mark.parametrize("command", [
+    c.AssertMemory(space_id="s", kind="fact", content="the sky is blue", tags=("sky",),
+                   idempotency_key="k1"),
+    c.SetSpacePolicy(space_id="s", default_cardinality="multi", idempotency_key="k2"),
+])
+def test_a_request_hashes_as_its_json_did_before_so_recorded_keys_still_match(
+        command: c.CommandBase) -> None:
+    text = command.model_dump_json()
+    if isinstance(command, c.SetSpacePolicy):
+        text += "|" + ",".join(sorted(command.model_fields_set))
+    recorded = hashlib.sha256(text.encode()).hexdigest()[:32]
+    assert request_hash(command) == recorded
+    assert request_hash(command, encoded(command)) == recorded

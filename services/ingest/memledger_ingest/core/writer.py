@@ -32,6 +32,7 @@ from memledger_ingest.core.results import (
     CommandResult,
     Rejected,
     command_name,
+    encoded,
     key_record,
     replayed,
     request_hash,
@@ -74,6 +75,8 @@ class _Unit:
     contexts: tuple[Context, ...]
     traceparent: str | None
     done: Callable[[list[CommandResult] | BaseException], None]
+    json: tuple[bytes, ...]
+    """Each command's JSON: its request hash, and its size."""
     size: int
     """The commands' JSON size in bytes: about what the unit adds to a group's commit."""
 
@@ -199,8 +202,9 @@ class GroupCommitWriter:
         now = self._clock.now()
         contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew, self._index)
                          for _ in commands)
-        size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
-        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))
+        json = tuple(map(encoded, commands))
+        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, json,
+                              sum(map(len, json))))
         return await future
 
     # --- writer thread ------------------------------------------------------------------
@@ -377,7 +381,7 @@ class GroupCommitWriter:
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
                   known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
-        digest = request_hash(cmd) if key is not None else ""
+        digest = request_hash(cmd, plan.unit.json[index]) if key is not None else ""
         if key is not None and self._repeats(plan, index, (ctx.tenant, key), digest, known):
             return
         overlay = plan.states
