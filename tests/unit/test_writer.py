@@ -14,7 +14,7 @@ import pytest
 from memledger_ingest.core.results import encoded, request_hash
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
-from memledger_platform.crypto import MemoryKeyring
+from memledger_platform.crypto import MemoryKeyring, SubjectKey
 from memledger_platform.eventstore import (
     Committed,
     IdempotencyRecord,
@@ -398,6 +398,41 @@ async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_look
     assert refused.error.field == "source_key_id"
     assert isinstance(outcomes[1], list)
     assert keyring.asked == [{gone, kept}]  # one question for the group, none for the blocker
+
+
+class WritingKeyring(MemoryKeyring):
+    """Counts the keys the writer looks up one by one (``for_writing``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.one_by_one: list[str] = []
+
+    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+        self.one_by_one.append(subject)
+        return super().for_writing(tenant, subject, space)
+
+
+async def test_a_groups_existing_subject_keys_are_looked_up_together_and_seal_as_before(
+        ) -> None:
+    keyring = WritingKeyring()
+    store = InMemoryEventStore()
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        first = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")])
+        made = list(keyring.one_by_one)
+        keyring.one_by_one.clear()
+        again = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")]
+                                    + [memory(subject_id="d")])
+    finally:
+        writer.stop()
+
+    assert made == ["a", "b", "c"]  # made on first use, one by one
+    assert keyring.one_by_one == ["d"]  # the rest found in one lookup
+    sealed = {e.position: e.fields()["key_id"] for e in store.read_all(0, 100)}
+    assert [sealed[r.position] for r in again[:3]] == [sealed[r.position] for r in first]
+    assert len({sealed[r.position] for r in again}) == 4
 
 
 # --- concurrency and failures ---------------------------------------------------------------

@@ -303,6 +303,7 @@ class GroupCommitWriter:
         self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
         states = self._load_states(group)
+        self._group_keys = self._existing_keys(group, states)
         claims: dict[tuple[str, str], str] = {}
         plans = [p for unit in group
                  if (p := self._plan(unit, states, known, claims)) is not None]
@@ -472,6 +473,24 @@ class GroupCommitWriter:
         keys = [k for s in subjects
                 if (k := self._key(ctx.tenant, s, decision.space_id)) is not None]
         return subjects[0], combined(keys) if keys else None
+
+    def _existing_keys(self, group: list[_Unit], states: dict[UUID, StreamState]
+                       ) -> dict[tuple[str, str, str], SubjectKey]:
+        """The live keys of the subjects the group's commands will likely seal for (their
+        ``subject_id``, else their target stream's subject, else their space's), in one
+        lookup; a subject missed here, or without a key yet, is looked up when sealing."""
+        if self._keyring is None:
+            return {}
+        wanted: set[tuple[str, str, str]] = set()
+        for unit in group:
+            for cmd, ctx in zip(unit.commands, unit.contexts, strict=True):
+                space = cmd.__dict__.get("space_id")
+                if space is None:
+                    continue
+                state = states.get(target_of(cmd, ctx).stream_id(unit.tenant))
+                subject = cmd.subject_id or (state.subject if state else None)
+                wanted.add((unit.tenant, subject or f"space:{space}", space))
+        return self._keyring.existing_for_writing(wanted)
 
     def _sources_live(self, group: list[_Unit]) -> set[str]:
         """Which of the source keys named by the group's commands are live (one query)."""
