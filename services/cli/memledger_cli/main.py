@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=text).set_defaults(handler=_service)
     from memledger_cli.admin import add_admin_parser
     from memledger_cli.bench import add_bench_parser
+    from memledger_cli.cluster_up import add_parser as add_cluster_parser
     from memledger_cli.erase import add_erase_parser
     from memledger_cli.mcp_command import add_parser as add_mcp_parser
     from memledger_cli.operators import add_parsers
@@ -71,6 +72,7 @@ def parser() -> argparse.ArgumentParser:
     add_admin_parser(commands)
     add_erase_parser(commands)
     add_status_parser(commands)
+    add_cluster_parser(commands)
 
     add_bench_parser(commands).set_defaults(handler=_bench)
     return root

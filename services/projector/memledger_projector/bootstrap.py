@@ -9,6 +9,7 @@ import psycopg
 from memledger_platform import bus, deployment, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.lease import Lease, while_leased
 from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_projector.core.store import tune
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
-    """Project until ``stop`` is set."""
+    """Project until ``stop`` is set, while this projector holds the lease on the read models
+    of its event store and stream (another projector on them stands by, naming the holder)."""
     names = schema.Names(settings.postgres_schema)
     version = await asyncio.to_thread(_prepare, dsn, names)
     nc = await bus.connect(nats_url, "memledger-projector")
@@ -31,9 +33,15 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     keyring, pool = await asyncio.to_thread(keyring_for, settings, dsn)
     projector = Projector(connect, js, settings.subjects, names,
                           batch=settings.projector_batch, opener=Opener(keyring))
-    log.info("projecting %s into %s", settings.subjects.events_stream, names.schema(version))
+    lease = Lease(dsn, "projector", f"{settings.postgres_schema} {settings.subjects.events_stream}")
+
+    async def project(turn_over: asyncio.Event) -> None:
+        log.info("projecting %s into %s", settings.subjects.events_stream,
+                 names.schema(version))
+        await projector.run(turn_over)
+
     try:
-        await projector.run(stop)
+        await while_leased(lease, stop, project)
     finally:
         await nc.close()
         if pool is not None:
