@@ -19,21 +19,24 @@ log = logging.getLogger(__name__)
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
     """Project until ``stop`` is set."""
-    names = schema.Names(settings.postgres_schema)
+    names = schema.Names(settings.postgres_schema, settings.event_partitions)
     version = await asyncio.to_thread(_prepare, dsn, names)
     nc = await bus.connect(nats_url, "memledger-projector")
     js = nc.jetstream()
+    streams = [settings.subjects.of_partition(i) for i in settings.served_partitions]
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
 
     def connect() -> psycopg.Connection[Any]:
         return tune(psycopg.connect(dsn, autocommit=True))
 
     keyring, pool = await asyncio.to_thread(keyring_for, settings, dsn)
-    projector = Projector(connect, js, settings.subjects, names,
-                          batch=settings.projector_batch, opener=Opener(keyring))
-    log.info("projecting %s into %s", settings.subjects.events_stream, names.schema(version))
+    # one consumer and checkpoint per partition served, each on a connection of its own
+    projectors = [Projector(connect, js, subjects, names, batch=settings.projector_batch,
+                            opener=Opener(keyring)) for subjects in streams]
+    for subjects in streams:
+        log.info("projecting %s into %s", subjects.events_stream, names.schema(version))
     try:
-        await projector.run(stop)
+        await asyncio.gather(*(projector.run(stop) for projector in projectors))
     finally:
         await nc.close()
         if pool is not None:

@@ -48,16 +48,22 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
         positions = await asyncio.to_thread(ConsumerPositions, pool, settings.postgres_schema)
         keyring, keyring_pool = await asyncio.to_thread(keyring_for, settings, dsn)
         index = await asyncio.to_thread(open_index, settings, model.model_id, model.dims)
-        projector = VectorProjector(
-            settings.subjects, index, model.model_id, batch=settings.vector_batch,
-            durable=projector_durable(model.model_id), opener=Opener(keyring),
-            on_erased=_receipts(pool, settings.postgres_schema), positions=positions)
+        # one consumer and recorded position per partition served, into the one index
+        streams = [settings.subjects.of_partition(i) for i in settings.served_partitions]
+        projectors = [VectorProjector(
+            subjects, index, model.model_id, batch=settings.vector_batch,
+            durable=projector_durable(model.model_id, subjects.partition
+                                      if subjects.partitioned else None),
+            opener=Opener(keyring), on_erased=_receipts(pool, settings.postgres_schema),
+            positions=positions) for subjects in streams]
         nc = await bus.connect(nats_url, "memledger-vectors")
         js = nc.jetstream()
         await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-        log.info("projecting %s into the vector index of %s", settings.subjects.events_stream,
-                 model.model_id)
-        await asyncio.gather(projector.run(js, stop), _keep_serving(index, stop))
+        for subjects in streams:
+            log.info("projecting %s into the vector index of %s", subjects.events_stream,
+                     model.model_id)
+        await asyncio.gather(*(projector.run(js, stop) for projector in projectors),
+                             _keep_serving(index, stop))
     finally:
         if nc is not None:
             await nc.close()

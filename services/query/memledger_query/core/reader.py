@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from memledger_platform import partitions
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.readmodel import schema
@@ -38,8 +39,9 @@ class Reader:
         self._pool = pool
         self._names = names
         self._schema: tuple[float, str] | None = None
-        self._known = 0
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._known: dict[int | None, int] = {}
+        """the checkpoint last read, per partition (``None``: the lowest of all)"""
+        self._waiters: list[tuple[int | None, int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
@@ -62,7 +64,7 @@ class Reader:
         return self._run(fn, *args)
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._pool.connection() as conn:
+        with self._pool.connection() as conn, partitions.checkpoint_of(self.partition()):
             try:
                 s = self._live(conn)
                 self._refresh_lag(conn, s)
@@ -92,8 +94,14 @@ class Reader:
         self._head = max(self._head, committed)
         return committed
 
-    def position(self) -> int:
-        return self.run(lambda conn, s: read_checkpoint(conn, s).position)
+    def partition(self) -> int | None:
+        """The partition the current request reads (its tenant's), if the events are
+        partitioned: its checkpoint is the read's basis and what ``wait_for`` waits on."""
+        return partitions.read_partition(self._names.partitions)
+
+    def position(self, partition: int | None = None) -> int:
+        """The checkpoint of ``partition`` (``None``: the lowest of all)."""
+        return self.run(lambda conn, s: read_checkpoint(conn, s, partition=partition).position)
 
     async def beyond_head(self, position: int) -> int | None:
         """``None`` if the event store has committed ``position``, else the last position it
@@ -108,10 +116,11 @@ class Reader:
         """Return once the projection has reached ``position``; ``NotYetVisible`` after
         ``wait_ms``. One watcher polls the checkpoint for all waiters (every 2 ms while any
         wait), so waiting costs the database nothing per request."""
-        if position is None or position <= self._known:
+        partition = self.partition()
+        if position is None or position <= self._known.get(partition, 0):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((position, future))
+        self._waiters.append((partition, position, future))
         self._start_watching()
         try:
             await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
@@ -119,7 +128,7 @@ class Reader:
             # Done, so the watcher drops it: a waiter left behind kept it polling every 2 ms
             # for good (found by fuzzing: a min_position never reached).
             future.cancel()
-            raise NotYetVisible(position, self._known) from None
+            raise NotYetVisible(position, self._known.get(partition, 0)) from None
 
     def _start_watching(self) -> None:
         if self._wake is None:
@@ -133,20 +142,21 @@ class Reader:
             await wake.wait()
             wake.clear()
             while self._waiters:
-                self._known = await asyncio.to_thread(self.position)
+                for partition in {waiter[0] for waiter in self._waiters}:
+                    self._known[partition] = await asyncio.to_thread(self.position, partition)
                 self._release()
                 if self._waiters:
                     await asyncio.sleep(_WATCH_SECONDS)
 
     def _release(self) -> None:
         pending = []
-        for wanted, future in self._waiters:
+        for partition, wanted, future in self._waiters:
             if future.done():
                 continue
-            if wanted <= self._known:
+            if wanted <= self._known[partition]:
                 future.set_result(None)
             else:
-                pending.append((wanted, future))
+                pending.append((partition, wanted, future))
         self._waiters = pending
 
     def health(self, store: EventStore) -> dict[str, Any]:
