@@ -41,7 +41,6 @@ from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
 from memledger_platform.readmodel import schema
-from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 from memledger_platform.stream_cursor import RelayOutOfSync, stream_cursor
 from memledger_platform.vectorindex.port import VectorIndex
@@ -130,7 +129,7 @@ def _projected_through(target: Target, position: int) -> bool:
     try:
         with psycopg.connect(target.dsn, autocommit=True) as conn:
             live = target.names.schema(schema.live_version(conn, target.names))
-            return read_checkpoint(conn, live).position >= position
+            return verify_models.projected_through(conn, target.names, live) >= position
     except (LookupError, psycopg.Error):
         return True
 
