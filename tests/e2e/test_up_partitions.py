@@ -3,6 +3,10 @@ and a projector per partition, each tenant's events in its partition's stream, a
 tenants in both partitions read back and found with ``min_position``."""
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -66,6 +70,15 @@ def test_writes_of_tenants_in_both_partitions_are_read_and_found_with_min_positi
 
     for tenant in TENANTS:
         assert heard[partition_of(tenant, 2)] == {tenant}
+    # verify merges the partitions' streams by position and compares the read models
+    verified = subprocess.run(
+        [sys.executable, "-m", "memledger_cli", "verify", "--json", "--skip-vectors"],
+        env={**os.environ, "MEMLEDGER_HOME": str(partitioned.home),
+             "MEMLEDGER_EVENT_PARTITIONS": "2"},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    report = json.loads(verified.stdout)
+    assert "MEMLEDGER_EVENTS_P0, MEMLEDGER_EVENTS_P1" in verified.stdout, report
 
 
 def _write_and_read(url: str) -> None:
