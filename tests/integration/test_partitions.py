@@ -93,14 +93,15 @@ async def _remember(writer: GroupCommitWriter, tenant: str, content: str) -> int
 
 @contextlib.asynccontextmanager
 async def _reads(dsn: str, store: PostgresEventStore, names: schema.Names
-                 ) -> AsyncIterator[httpx.AsyncClient]:
+                 ) -> AsyncIterator[tuple[httpx.AsyncClient, Reader]]:
     pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
         dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
     try:
-        app = create_app(Reader(pool, names), store, "default")
+        reader = Reader(pool, names)
+        app = create_app(reader, store, "default")
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://query") as client:
-            yield client
+            yield client, reader
     finally:
         pool.close()
 
@@ -139,7 +140,7 @@ async def test_each_partition_is_relayed_and_projected_on_its_own_and_reads_wait
     dsn = engines.postgres_dsn
     mine, theirs = partition_of(ACME, PARTITIONS), partition_of(OTHER, PARTITIONS)
     async with running(GroupCommitWriter(partitioned_store)) as writer, \
-            _reads(dsn, partitioned_store, names) as client:
+            _reads(dsn, partitioned_store, names) as (client, reader):
         for tenant in (ACME, OTHER):
             await writer.submit(tenant, [c.CreateSpace(space_id=SPACE)])
         first = {t: await _remember(writer, t, f"{t} one") for t in (ACME, OTHER)}
@@ -171,6 +172,8 @@ async def test_each_partition_is_relayed_and_projected_on_its_own_and_reads_wait
         assert (refusal["code"], refusal["projected_position"]) == (
             "not_yet_visible", second[OTHER] - 1)
         assert mine_later.status_code == 200, mine_later.text
+        # without a tenant: what every partition has projected through
+        assert reader.position() == second[OTHER] - 1
         checkpoints = _checkpoints(dsn, names)
         assert checkpoints[mine][0] >= second[ACME]
         assert checkpoints[theirs][0] == first[OTHER] < second[OTHER]
@@ -182,6 +185,7 @@ async def test_each_partition_is_relayed_and_projected_on_its_own_and_reads_wait
         assert sorted(i["content"] for i in answer.json()["items"]) == [
             f"{OTHER} one", f"{OTHER} two"]
         assert other.dead_letters == 0
+        assert reader.position() == partitioned_store.max_position()
 
     await _assert_every_event_once_in_its_partition(partitioned_store, js, subjects)
     checkpoints = _checkpoints(dsn, names)

@@ -83,7 +83,8 @@ class Reader:
         now = time.monotonic()
         if now - self._lag[0] < _LAG_SECONDS:
             return
-        projected = read_checkpoint(conn, s).position
+        projected = (read_checkpoint(conn, s).position if self._names.partitions == 1
+                     else self._through(conn, s, None))
         committed = self._committed(conn, s)
         self._lag = (now, projected, max(0, committed - projected))
 
@@ -100,24 +101,24 @@ class Reader:
         return partitions.read_partition(self._names.partitions)
 
     def position(self, partition: int | None = None) -> int:
-        """The position the read models have projected through: the checkpoint (``None``:
-        the lowest of all); for one partition, as far as the log goes before that partition's
-        first event not projected yet, since a tenant's partition may have nothing after a
-        position another partition reached (ADR 0016)."""
-        if partition is None:
+        """The position the read models have projected through: the checkpoint; with the
+        events partitioned (ADR 0016), ``partition``'s (``None``: every partition's) as far
+        as the log goes before its first event not projected yet, since a tenant's partition
+        may have nothing after a position another partition reached."""
+        if self._names.partitions == 1:
             return self.run(lambda conn, s: read_checkpoint(conn, s).position)
         return self.run(self._through, partition)
 
-    def _through(self, conn: Any, s: str, partition: int) -> int:
+    def _through(self, conn: Any, s: str, partition: int | None) -> int:
         # The log's positions are gapless-safe: every event up to its highest is committed.
         row = conn.execute(sql.SQL(
-            "SELECT c.position, coalesce((SELECT min(e.notification_id) - 1 FROM {events} e "
-            "WHERE e.tenant_partition = c.tenant_partition AND e.notification_id > c.position), "
-            "(SELECT max(notification_id) FROM {events})) FROM {s}.checkpoint c "
-            "WHERE c.tenant_partition = %s").format(
+            "SELECT min(greatest(c.position, coalesce((SELECT min(e.notification_id) - 1 "
+            "FROM {events} e WHERE e.tenant_partition = c.tenant_partition AND "
+            "e.notification_id > c.position), (SELECT max(notification_id) FROM {events}), 0)))"
+            " FROM {s}.checkpoint c WHERE %s::int IS NULL OR c.tenant_partition = %s").format(
             events=sql.Identifier(self._names.base, EVENTS_TABLE), s=sql.Identifier(s)),
-            (partition,)).fetchone()
-        return 0 if row is None else max(int(row[0]), int(row[1] or 0))
+            (partition, partition)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
     async def beyond_head(self, position: int) -> int | None:
         """``None`` if the event store has committed ``position``, else the last position it
