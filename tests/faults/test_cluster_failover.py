@@ -1,5 +1,6 @@
 """Failover of a clustered deployment under load: a 3-node JetStream cluster (streams R3), two
-ingest replicas and the query service, while writes, reads of items, as-of reads and searches
+ingest replicas and two query replicas (the deployment ``memledger cluster up`` runs), clients
+spread over the replicas, while writes, reads of items, as-of reads and searches
 run. One NATS node is killed (the events stream's leader), an ingest replica and a query
 replica are killed, and the relay is killed while a NATS node is down. Afterwards every
 acknowledged write is everywhere exactly once, ``memledger verify`` passes, no read answered
@@ -18,7 +19,7 @@ from tests.faults.load import Load
 from tests.faults.reads import Reads
 from tests.faults.scenario import Plan, run_faults, run_verify, settle
 
-TOPOLOGY = Topology(nats_nodes=3, ingest_replicas=2, query_replicas=1)
+TOPOLOGY = Topology(nats_nodes=3, ingest_replicas=2, query_replicas=2)
 FAULTS = ("nats-leader", "ingest-replica", "query-replica", "relay-node-down")
 
 

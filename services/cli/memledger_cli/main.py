@@ -37,7 +37,7 @@ SERVICES = {
 }
 """Services a distributed deployment runs one process each of: module with ``run(settings)``."""
 
-PARTITIONED = ("relay", "projector", "vectors")
+PARTITIONED = ("relay", "projector")
 """Services that can serve one partition of the events only (``--partition``, ADR 0016)."""
 
 
@@ -70,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
                 " default: every partition, or MEMLEDGER_EVENT_PARTITION)")
     from memledger_cli.admin import add_admin_parser
     from memledger_cli.bench import add_bench_parser
+    from memledger_cli.cluster_up import add_parser as add_cluster_parser
     from memledger_cli.erase import add_erase_parser
     from memledger_cli.mcp_command import add_parser as add_mcp_parser
     from memledger_cli.operators import add_parsers
@@ -80,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
     add_admin_parser(commands)
     add_erase_parser(commands)
     add_status_parser(commands)
+    add_cluster_parser(commands)
 
     add_bench_parser(commands).set_defaults(handler=_bench)
     return root

@@ -103,8 +103,8 @@ class Settings(BaseSettings):
         "each with its own relay, projector and vector projector checkpoint (ADR 0016); 1 is "
         "the one stream. Fixed for a deployment's data: changing it re-maps tenants")
     event_partition: int | None = Field(
-        default=None, ge=0, le=63, description="the one partition this relay, projector or "
-        "vectors process serves (`--partition`; unset: every partition, in one process)")
+        default=None, ge=0, le=63, description="the one partition this relay or projector "
+        "process serves (`--partition`; unset: every partition, in one process)")
     relay_batch: int = Field(default=2_000, ge=1, le=100_000,
                              description="events the relay reads and publishes at once")
     relay_poll_seconds: float = Field(default=0.5, gt=0, le=60, description="the relay's "

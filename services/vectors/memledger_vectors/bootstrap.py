@@ -5,8 +5,9 @@ In the embedded mode it owns the index: it starts the index process, which serve
 on a socket in the data directory to every query process as well (ADR 0006). In the
 distributed mode the index is a Qdrant server. Either way it records the position it has
 written in PostgreSQL after every batch, which query names as its search basis and waits on.
-Run exactly one per index: a second one finds the shard locked (embedded) or splits the events
-between the two (distributed).
+One works per index: it holds a PostgreSQL advisory lease on the model's index of the event
+store and stream, and a second one stands by (naming the holder) and takes over when the first
+stops, rather than find the shard locked (embedded) or split the events (distributed).
 """
 
 import asyncio
@@ -23,6 +24,7 @@ from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.factory import model_of
 from memledger_platform.keyring_postgres import keyring_for
+from memledger_platform.lease import Lease, while_leased
 from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import open_index, projector_durable
@@ -38,6 +40,18 @@ no sooner than ``process.RESTART_SECONDS`` after its last start)."""
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
+    """Project into the index until ``stop`` is set, whenever this service holds the lease on
+    it (the index is opened only then: a standby leaves it to the holder)."""
+    model = model_of(settings)
+    # one lease per index, whatever the partitions (named by the first one's stream)
+    events_stream = settings.subjects.of_partition(0).events_stream
+    lease = Lease(dsn, "vectors", f"{settings.postgres_schema} {events_stream} "
+                  f"{projector_durable(model.model_id)}")
+    await while_leased(lease, stop, lambda turn_over: _serve(settings, dsn, nats_url,
+                                                             turn_over))
+
+
+async def _serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event) -> None:
     """Project into the index until ``stop`` is set, then flush it and let it go."""
     model = model_of(settings)
     pool = await asyncio.to_thread(_prepared_pool, dsn, settings.postgres_schema)
@@ -48,8 +62,9 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
         positions = await asyncio.to_thread(ConsumerPositions, pool, settings.postgres_schema)
         keyring, keyring_pool = await asyncio.to_thread(keyring_for, settings, dsn)
         index = await asyncio.to_thread(open_index, settings, model.model_id, model.dims)
-        # one consumer and recorded position per partition served, into the one index
-        streams = [settings.subjects.of_partition(i) for i in settings.served_partitions]
+        # one consumer and recorded position per partition, into the one index (its single
+        # writer, so every partition, whatever MEMLEDGER_EVENT_PARTITION says)
+        streams = settings.subjects.every_partition()
         projectors = [VectorProjector(
             subjects, index, model.model_id, batch=settings.vector_batch,
             durable=projector_durable(model.model_id, subjects.partition

@@ -13,6 +13,7 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
     from memledger_cli.bench.lifecycle import SCENARIO as LIFECYCLE
     from memledger_cli.bench.readside import E2E, REBUILD, TEMPORAL
     from memledger_cli.bench.retrieval import SCENARIO as RETRIEVAL
+    from memledger_cli.bench.scale import SCENARIO as SCALE
     from memledger_cli.bench.search import SCENARIO as SEARCH
     from memledger_cli.bench.soak import SCENARIO as SOAK
 
@@ -20,7 +21,7 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
         "bench", help="measure a scenario; prints one JSON object with --json")
     scenarios = bench.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
     for scenario in (INGEST, E2E, TEMPORAL, REBUILD, SEARCH, EMBED,
-                     RETRIEVAL, SOAK, LIFECYCLE):
+                     RETRIEVAL, SOAK, LIFECYCLE, SCALE):
         sub = scenarios.add_parser(scenario.name, help=scenario.help)
         sub.add_argument("--json", action="store_true", help="print only the JSON result")
         scenario.add_arguments(sub)

@@ -90,10 +90,13 @@ def snapshot(root: int) -> Snapshot:
     """The processes under ``root`` now (empty without ``/proc``)."""
     if not _PROC.is_dir():
         return {}
-    return tree(root, list(_procs()))
+    return tree(root, processes())
 
 
-def _procs() -> list[Proc]:
+def processes() -> list[Proc]:
+    """Every process now (empty without ``/proc``)."""
+    if not _PROC.is_dir():
+        return []
     found = []
     for entry in _PROC.iterdir():
         if entry.name.isdigit():
