@@ -75,7 +75,7 @@ class Scheduler(Handling):
         self._consumer = Consumer(js, subjects, Subscription(
             name="lifecycle", stream=subjects.events_stream, durable=DURABLE,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in dict.fromkeys(
+            filter_subjects=tuple(subjects.events_of_type(t) for t in dict.fromkeys(
                 (*EVENT_TYPES, *forming_fold.EVENT_TYPES))),
             batch=_BATCH, acks=False, start=_from_the_first, traced=False), self)
 
