@@ -254,3 +254,20 @@ async def test_grpc_erases_with_the_receipt_and_names_what_it_refuses(
 
 async def _healthy() -> dict[str, Any]:
     return {"status": "ok"}
+
+
+def test_the_keyring_finds_a_groups_live_keys_at_once_and_never_a_destroyed_one(
+        engines: Endpoints, pg_schema: str) -> None:
+    with ConnectionPool(engines.postgres_dsn, min_size=1, max_size=2, open=True,
+                        kwargs={"autocommit": True}) as pool:
+        keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
+        u1 = keyring.for_writing("acme", "u1", "main")
+        u2 = keyring.for_writing("acme", "u2", "main")
+        keyring.for_writing("acme", "u3", "main")
+        keyring.destroy("acme", "u3")
+
+        found = keyring.existing_for_writing({
+            ("acme", "u1", "main"), ("acme", "u2", "main"), ("acme", "u2", "other"),
+            ("acme", "u3", "main"), ("acme", "u4", "main"), ("beta", "u1", "main")})
+
+    assert found == {("acme", "u1", "main"): u1, ("acme", "u2", "main"): u2}

@@ -774,3 +774,21 @@ def test_reads_of_names_every_stream_that_decide_looks_up(cmd: c.CommandBase) ->
 @pytest.mark.parametrize("cmd", ALL_COMMANDS)
 def test_reads_of_starts_with_the_target_stream(cmd: c.CommandBase) -> None:
     assert reads_of(cmd, CTX)[0] == target_of(cmd, CTX)
+
+
+# --- evolve ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("event_type", "status"), [
+    ("memory.asserted", "active"), ("session.started", "active"),
+    ("memory.retracted", "retracted"), ("memory.embedded", "active")])
+def test_a_streams_first_event_folds_to_version_1_with_its_subject(
+        event_type: str, status: Status) -> None:
+    assert evolve(None, event_type, "notes", "alice") == StreamState(
+        1, "notes", status, subject="alice")
+
+
+def test_a_first_policy_keeps_its_payload() -> None:
+    state = evolve(None, "space.policy_set", "notes", None,
+                   {"default_cardinality": "multi", "policy_version": 1})
+    assert (state.version, state.policy_version) == (1, 1)
+    assert state.cardinality_of("lives_in") == "multi"

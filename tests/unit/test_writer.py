@@ -2,6 +2,7 @@
 
 import asyncio
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,9 +11,10 @@ from uuid import UUID
 
 import pytest
 
+from memledger_ingest.core.results import encoded, request_hash
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
-from memledger_platform.crypto import MemoryKeyring
+from memledger_platform.crypto import MemoryKeyring, SubjectKey
 from memledger_platform.eventstore import (
     Committed,
     IdempotencyRecord,
@@ -398,6 +400,41 @@ async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_look
     assert keyring.asked == [{gone, kept}]  # one question for the group, none for the blocker
 
 
+class WritingKeyring(MemoryKeyring):
+    """Counts the keys the writer looks up one by one (``for_writing``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.one_by_one: list[str] = []
+
+    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+        self.one_by_one.append(subject)
+        return super().for_writing(tenant, subject, space)
+
+
+async def test_a_groups_existing_subject_keys_are_looked_up_together_and_seal_as_before(
+        ) -> None:
+    keyring = WritingKeyring()
+    store = InMemoryEventStore()
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        first = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")])
+        made = list(keyring.one_by_one)
+        keyring.one_by_one.clear()
+        again = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")]
+                                    + [memory(subject_id="d")])
+    finally:
+        writer.stop()
+
+    assert made == ["a", "b", "c"]  # made on first use, one by one
+    assert keyring.one_by_one == ["d"]  # the rest found in one lookup
+    sealed = {e.position: e.fields()["key_id"] for e in store.read_all(0, 100)}
+    assert [sealed[r.position] for r in again[:3]] == [sealed[r.position] for r in first]
+    assert len({sealed[r.position] for r in again}) == 4
+
+
 # --- concurrency and failures ---------------------------------------------------------------
 
 
@@ -480,3 +517,18 @@ async def test_stop_finishes_the_submissions_queued_before_it() -> None:
 
     assert len(results) == 11
     assert store.max_position() == 11
+
+
+@pytest.mark.parametrize("command", [
+    c.AssertMemory(space_id="s", kind="fact", content="the sky is blue", tags=("sky",),
+                   idempotency_key="k1"),
+    c.SetSpacePolicy(space_id="s", default_cardinality="multi", idempotency_key="k2"),
+])
+def test_a_request_hashes_as_its_json_did_before_so_recorded_keys_still_match(
+        command: c.CommandBase) -> None:
+    text = command.model_dump_json()
+    if isinstance(command, c.SetSpacePolicy):
+        text += "|" + ",".join(sorted(command.model_fields_set))
+    recorded = hashlib.sha256(text.encode()).hexdigest()[:32]
+    assert request_hash(command) == recorded
+    assert request_hash(command, encoded(command)) == recorded

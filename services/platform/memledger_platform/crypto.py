@@ -90,6 +90,13 @@ class Keyring(ABC):
         """The subject's live key (made on first use), noting that it seals data in ``space``
         (so an erasure can check that space's legal hold)."""
 
+    def existing_for_writing(self, wanted: Collection[tuple[str, str, str]]
+                             ) -> dict[tuple[str, str, str], SubjectKey]:
+        """Of ``wanted`` (tenant, subject, space), those whose subject has a live key that
+        already seals data in that space, with it: what ``for_writing`` would return, for many
+        at once and without making or changing any key (the rest: ``for_writing``)."""
+        return {}
+
     @abstractmethod
     def key(self, key_id: str) -> bytes | None:
         """A key by id; ``None`` once destroyed (or if unknown)."""
@@ -190,10 +197,13 @@ def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: S
     return sealed
 
 
+_FLOATS = frozenset((float,))
+
+
 def _plain(value: Any) -> bytes:
     """What a field's value is sealed as: packed float32 values for a list of floats single
     precision holds exactly (the usual embedding), its JSON otherwise."""
-    if isinstance(value, list | tuple) and value and all(type(v) is float for v in value):
+    if isinstance(value, list | tuple) and value and _FLOATS.issuperset(map(type, value)):
         packed = array("f", value)
         if packed.tolist() == list(value):
             if sys.byteorder == "big":
@@ -276,6 +286,12 @@ class MemoryKeyring(Keyring):
             self._keys[found.key_id] = found.key
         self._spaces.setdefault((tenant, subject), set()).add(space)
         return found
+
+    def existing_for_writing(self, wanted: Collection[tuple[str, str, str]]
+                             ) -> dict[tuple[str, str, str], SubjectKey]:
+        return {(t, s, space): found for t, s, space in wanted
+                if (found := self._live.get((t, s))) is not None
+                and space in self._spaces.get((t, s), ())}
 
     def key(self, key_id: str) -> bytes | None:
         return self._keys.get(key_id)

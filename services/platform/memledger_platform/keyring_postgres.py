@@ -78,6 +78,23 @@ class PostgresKeyring(Keyring):
         assert row is not None
         return SubjectKey(row[0], self._unwrapped(row[0], bytes(row[1])))
 
+    def existing_for_writing(self, wanted: Collection[tuple[str, str, str]]
+                             ) -> dict[tuple[str, str, str], SubjectKey]:
+        # One query for a commit group's subjects (one each was a round trip per subject).
+        pairs = sorted({(t, s) for t, s, _ in wanted})
+        if not pairs:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.SQL(
+                "SELECT tenant_id, subject_id, key_id, wrapped, spaces FROM "
+                "{}.memledger_subject_keys WHERE destroyed_at IS NULL AND (tenant_id, "
+                "subject_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))").format(self._s),
+                ([t for t, _ in pairs], [s for _, s in pairs])).fetchall()
+        live = {(r[0], r[1]): (r[2], bytes(r[3]), set(r[4])) for r in rows}
+        return {(t, s, space): SubjectKey(found[0], self._unwrapped(found[0], found[1]))
+                for t, s, space in wanted
+                if (found := live.get((t, s))) is not None and space in found[2]}
+
     def _unwrapped(self, key_id: str, wrapped: bytes) -> bytes:
         cached = self._cache.get(key_id)
         if cached is None:

@@ -40,11 +40,18 @@ def command_name(cmd: CommandBase) -> str:
     return str(getattr(cmd, "command", type(cmd).__name__))
 
 
-def request_hash(cmd: CommandBase) -> str:
-    text = cmd.model_dump_json()
+def encoded(cmd: CommandBase) -> bytes:
+    """The command's JSON (``model_dump_json``'s, as bytes): what a request is hashed as."""
+    return cmd.__pydantic_serializer__.to_json(cmd)
+
+
+def request_hash(cmd: CommandBase, json: bytes | None = None) -> str:
+    """What an idempotency key remembers of the request; ``json``: ``encoded(cmd)`` if made
+    already (the writer makes it on submission, to size the group: not serialised again)."""
+    text = encoded(cmd) if json is None else json
     if isinstance(cmd, SetSpacePolicy):  # a partial update: what it names is the request too
-        text += "|" + ",".join(sorted(cmd.model_fields_set))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+        text += b"|" + ",".join(sorted(cmd.model_fields_set)).encode()
+    return hashlib.sha256(text).hexdigest()[:32]
 
 
 def key_record(ctx: Context, key: str, request_hash: str, events: list[NewEvent],

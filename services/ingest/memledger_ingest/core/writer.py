@@ -32,6 +32,7 @@ from memledger_ingest.core.results import (
     CommandResult,
     Rejected,
     command_name,
+    encoded,
     key_record,
     replayed,
     request_hash,
@@ -40,11 +41,10 @@ from memledger_ingest.core.sealing import stored_key, subjects_of
 from memledger_ingest.core.state_cache import StateCache, fold_state
 from memledger_ingest.domain.decide import Context, Decision, decide, reads_of, target_of
 from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
-from memledger_ingest.domain.streams import StreamRef, StreamState, evolve
+from memledger_ingest.domain.streams import STATEFUL, StreamRef, StreamState, evolve
 from memledger_ingest.domain.targets import IndexModel
 from memledger_platform import telemetry
 from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
-from memledger_schemas.event_types import EventType
 
 __all__ = ["CommandResult", "CommitTimedOut", "GroupCommitWriter", "Rejected", "WriterStopping"]
 from memledger_platform.clock import Clock, SystemClock
@@ -64,9 +64,6 @@ log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
 _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
-_STATEFUL = frozenset({EventType.SPACE_POLICY_SET, EventType.TRIPLE_CLAIMED})
-"""Events whose payload the write side's stream state keeps something of."""
-
 _RETRIES = 25
 """Attempts for a submission that keeps losing races to other writers on the same stream."""
 
@@ -78,6 +75,8 @@ class _Unit:
     contexts: tuple[Context, ...]
     traceparent: str | None
     done: Callable[[list[CommandResult] | BaseException], None]
+    json: tuple[bytes, ...]
+    """Each command's JSON: its request hash, and its size."""
     size: int
     """The commands' JSON size in bytes: about what the unit adds to a group's commit."""
 
@@ -136,6 +135,7 @@ class GroupCommitWriter:
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._live_sources: set[str] = set()
+        self._absent: set[UUID] = set()
         self._clock = clock or SystemClock()
         self._linger = tuning.linger_seconds
         self._linger_below = tuning.linger_below
@@ -203,8 +203,9 @@ class GroupCommitWriter:
         now = self._clock.now()
         contexts = tuple(Context(tenant, self._new_id(), actor, now, self._skew, self._index)
                          for _ in commands)
-        size = sum(len(c.__pydantic_serializer__.to_json(c)) for c in commands)
-        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, size))
+        json = tuple(map(encoded, commands))
+        self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, json,
+                              sum(map(len, json))))
         return await future
 
     # --- writer thread ------------------------------------------------------------------
@@ -303,6 +304,7 @@ class GroupCommitWriter:
         self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
         states = self._load_states(group)
+        self._group_keys = self._existing_keys(group, states)
         claims: dict[tuple[str, str], str] = {}
         plans = [p for unit in group
                  if (p := self._plan(unit, states, known, claims)) is not None]
@@ -348,7 +350,12 @@ class GroupCommitWriter:
                     fresh.add(target_of(cmd, ctx).stream_id(unit.tenant))
         states = {sid: cached for sid in wanted - fresh
                   if (cached := self._cache.get(sid)) is not None}
-        return states | self._read_states([sid for sid in wanted if sid not in states])
+        unread = [sid for sid in wanted if sid not in states]
+        found = self._read_states(unread)
+        # Looked up and not there: a decision that asks again (an import's new item) is not
+        # sent to the store once per command.
+        self._absent = set(unread) - found.keys()
+        return states | found
 
     def _read_states(self, sids: list[UUID]) -> dict[UUID, StreamState]:
         loaded = {sid: fold_state(events)
@@ -381,14 +388,15 @@ class GroupCommitWriter:
     def _plan_one(self, plan: _Plan, index: int, cmd: CommandBase, ctx: Context,
                   known: dict[tuple[str, str], IdempotentResult]) -> None:
         key = cmd.idempotency_key
-        digest = request_hash(cmd) if key is not None else ""
+        digest = request_hash(cmd, plan.unit.json[index]) if key is not None else ""
         if key is not None and self._repeats(plan, index, (ctx.tenant, key), digest, known):
             return
         overlay = plan.states
 
         def lookup(ref: StreamRef) -> StreamState | None:
             sid = ref.stream_id(ctx.tenant)
-            if sid not in overlay and ref.kind == "item" and ref.key != ctx.fresh_key:
+            if (sid not in overlay and ref.kind == "item" and ref.key != ctx.fresh_key
+                    and sid not in self._absent):
                 # An item found only through another stream's state (a slot's holder): read
                 # now, since it could not be named before the decision began.
                 overlay.update(self._read_states([sid]))
@@ -459,7 +467,7 @@ class GroupCommitWriter:
             events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
             plan.states[stream_id] = evolve(
                 state, payload.event_type, decision.space_id, subject,
-                payload.model_dump(mode="json") if payload.event_type in _STATEFUL else None)
+                payload.model_dump(mode="json") if payload.event_type in STATEFUL else None)
         return events
 
     def _sealing(self, plan: _Plan, cmd: CommandBase, ctx: Context, decision: Decision,
@@ -473,16 +481,36 @@ class GroupCommitWriter:
                 if (k := self._key(ctx.tenant, s, decision.space_id)) is not None]
         return subjects[0], combined(keys) if keys else None
 
+    def _existing_keys(self, group: list[_Unit], states: dict[UUID, StreamState]
+                       ) -> dict[tuple[str, str, str], SubjectKey]:
+        """The live keys of the subjects the group's commands will likely seal for (their
+        ``subject_id``, else their target stream's subject, else their space's), in one
+        lookup; a subject missed here, or without a key yet, is looked up when sealing."""
+        if self._keyring is None:
+            return {}
+        wanted: set[tuple[str, str, str]] = set()
+        for unit in group:
+            for cmd, ctx in zip(unit.commands, unit.contexts, strict=True):
+                space = cmd.__dict__.get("space_id")
+                if space is None:
+                    continue
+                state = states.get(target_of(cmd, ctx).stream_id(unit.tenant))
+                subject = cmd.subject_id or (state.subject if state else None)
+                wanted.add((unit.tenant, subject or f"space:{space}", space))
+        return self._keyring.existing_for_writing(wanted)
+
     def _sources_live(self, group: list[_Unit]) -> set[str]:
         """Which of the source keys named by the group's commands are live (one query)."""
         sources = {s for unit in group for cmd in unit.commands
-                   if (s := getattr(cmd, "source_key_id", None)) is not None}
+                   if (s := cmd.__dict__.get("source_key_id")) is not None}
         return self._keyring.live(sources) if self._keyring is not None and sources else set()
 
     def _source_not_erased(self, cmd: CommandBase) -> None:
         """What was learned from sealed text (an embedding, a preference) is refused once that
         text's subject is erased: it would bring the erased data back under a new key."""
-        source = getattr(cmd, "source_key_id", None)
+        # A model's fields are in its __dict__: a getattr of one the command does not have
+        # goes through pydantic's __getattr__ and an AttributeError (3 µs, per command).
+        source = cmd.__dict__.get("source_key_id")
         if (source is not None and self._keyring is not None
                 and source not in self._live_sources):
             raise Invalid("source_key_id", "the data subject of the source was erased")

@@ -176,7 +176,7 @@ def _assert_memory(cmd: c.AssertMemory, ctx: Context, lookup: Lookup, cur: Strea
     payload = e.MemoryAsserted(
         item_id=item_id, kind=cmd.kind, content=cmd.content, triple=cmd.triple,
         confidence=cmd.confidence, importance=cmd.importance, tags=cmd.tags,
-        sources=cmd.sources, layer=layer, derivation=getattr(cmd, "derivation", None))
+        sources=cmd.sources, layer=layer, derivation=cmd.__dict__.get("derivation"))
     ids = {"item_id": str(item_id)}
     also = _revise_beliefs(cmd, ctx, lookup, space, item_id, layer, ids)
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), ids,

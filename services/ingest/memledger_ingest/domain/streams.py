@@ -82,6 +82,10 @@ _STATUS_AFTER: dict[str, Status] = {
 }
 
 
+STATEFUL = frozenset({EventType.SPACE_POLICY_SET, EventType.TRIPLE_CLAIMED})
+"""Events whose payload the write side's stream state keeps something of."""
+
+
 def evolve(state: StreamState | None, event_type: str, space_id: str,
            subject: str | None = None, payload: Mapping[str, Any] | None = None
            ) -> StreamState:
@@ -89,6 +93,9 @@ def evolve(state: StreamState | None, event_type: str, space_id: str,
     the subject is the first event's). ``payload`` is read for the two events whose content
     the write side needs: a policy (kept whole, and its cardinality) and a slot claim
     (holder)."""
+    if state is None and event_type not in STATEFUL:
+        # A stream's first event, the usual one in a write (every new item): one object.
+        return StreamState(1, space_id, _STATUS_AFTER.get(event_type, "active"), 0, subject)
     if state is None:
         state = StreamState(version=0, space_id=space_id, status=_STATUS_AFTER.get(
             event_type, "active"), subject=subject)
