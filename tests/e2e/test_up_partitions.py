@@ -72,7 +72,7 @@ def test_writes_of_tenants_in_both_partitions_are_read_and_found_with_min_positi
         assert heard[partition_of(tenant, 2)] == {tenant}
     # verify merges the partitions' streams by position and compares the read models
     verified = subprocess.run(
-        [sys.executable, "-m", "memledger_cli", "verify", "--json", "--skip-vectors"],
+        [sys.executable, "-m", "memledger_cli", "verify", "--json"],
         env={**os.environ, "MEMLEDGER_HOME": str(partitioned.home),
              "MEMLEDGER_EVENT_PARTITIONS": "2"},
         capture_output=True, text=True, timeout=300, check=False)

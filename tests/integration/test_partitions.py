@@ -6,6 +6,7 @@ the streams together hold every event of the log once."""
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 from uuid import uuid4
 
@@ -18,8 +19,13 @@ from psycopg_pool import ConnectionPool
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import bus
 from memledger_platform.auth import TENANT_HEADER
+from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.endpoints import Endpoints
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.eventstore.postgres import (
+    EVENTS_TABLE,
+    PostgresEventStore,
+    datastore_from_dsn,
+)
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_query.core.reader import Reader
@@ -211,3 +217,34 @@ async def _assert_every_event_once_in_its_partition(
             assert position not in relayed
             relayed[position] = partition.partition
     assert sorted(relayed) == list(range(1, store.max_position() + 1))
+
+
+def test_a_partitions_vector_position_reaches_past_the_other_partitions_events(
+        engines: Endpoints, pg_schema: str, partitioned_store: PostgresEventStore) -> None:
+    """A search for acme waits on acme's partition's vector position: once every acme event
+    is written, later positions (the other tenant's events) count as reached too, and never
+    past acme's first event not written yet."""
+    mine = partition_of(ACME, PARTITIONS)
+    durable = f"vectors-test-p{mine}"
+    tenants = [ACME, OTHER, OTHER, ACME, OTHER]
+    partitioned_store.append([envelope(uuid4(), 1, tenant=t) for t in tenants])
+    with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute(
+            f'SELECT notification_id FROM "{pg_schema}".memledger_events '
+            "ORDER BY notification_id").fetchall()]
+    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        engines.postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
+    try:
+        positions = ConsumerPositions(pool, pg_schema)
+        through = partial(positions.written_through, durable, mine, EVENTS_TABLE)
+        before_any = through()
+        positions.record_written(durable, ids[0])
+        after_first = through()
+        positions.record_written(durable, ids[3])
+        after_all = through()
+    finally:
+        pool.close()
+
+    assert before_any == ids[0] - 1  # nothing of acme's is written: up to its first event
+    assert after_first == ids[3] - 1  # the other tenant's two events do not hold it back
+    assert after_all == ids[4]  # nothing of acme's after: the log's last position

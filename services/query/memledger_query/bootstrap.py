@@ -25,7 +25,11 @@ from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding import factory as embedders
 from memledger_platform.embedding.embedder import Embedder
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.eventstore.postgres import (
+    EVENTS_TABLE,
+    PostgresEventStore,
+    datastore_from_dsn,
+)
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
@@ -162,8 +166,9 @@ def _index_progress(pool: ConnectionPool[Any], names: schema.Names, model_id: st
     if names.partitions == 1:
         durable = projector_durable(model_id)
         return IndexProgress(lambda: positions.written(durable))
-    return PartitionProgress([IndexProgress(partial(positions.written, projector_durable(
-        model_id, i))) for i in range(names.partitions)])
+    return PartitionProgress([IndexProgress(partial(
+        positions.written_through, projector_durable(model_id, i), i, EVENTS_TABLE))
+        for i in range(names.partitions)])
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,
