@@ -1,6 +1,7 @@
 """How far the vector index has got, as query reads it: the position the vector projector
 records in PostgreSQL, shared by every query process. Read at most every REFRESH_SECONDS for a
-search, polled while requests wait, one lookup for all of them, and never going back."""
+search (in the background while it is younger than STALE_SECONDS), polled while requests wait,
+one lookup for all of them, and never going back."""
 
 import asyncio
 
@@ -33,11 +34,52 @@ async def test_a_search_names_the_recorded_position_read_again_only_once_it_is_o
     assert await progress.reached() == 12  # fresh enough: not read again
     assert recorded.reads == 1
     monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(index_progress, "STALE_SECONDS", 0.0)
     assert await progress.reached() == 15
+
+
+async def test_a_search_names_a_recent_position_at_once_and_reads_it_again_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Younger than STALE_SECONDS, the known position is named without waiting for the
+    database; the lookup it starts answers the next search."""
+    monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(index_progress, "STALE_SECONDS", 3600.0)
+    recorded = Recorded(12)
+    progress = IndexProgress(recorded.read)
+    assert await progress.wait_for(12, 0)
+    recorded.position = 15
+    assert await progress.reached() == 12  # not waited for
+    await eventually(lambda: _polled(recorded, 2), interval=0.001)
+    await eventually(lambda: _reached(progress, 15), interval=0.001)
+
+
+async def test_a_failed_background_lookup_is_raised_by_the_search_that_waits_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(index_progress, "STALE_SECONDS", 3600.0)
+    recorded = Recorded(4)
+    progress = IndexProgress(recorded.read)
+    assert await progress.wait_for(4, 0)
+
+    def failing() -> int:
+        recorded.reads += 1
+        raise OSError("the database went away")
+
+    progress._read = failing
+    assert await progress.reached() == 4  # its lookup fails in the background
+    await eventually(lambda: _polled(recorded, 2), interval=0.001)
+    monkeypatch.setattr(index_progress, "STALE_SECONDS", 0.0)
+    with pytest.raises(OSError, match="went away"):
+        await progress.reached()
+
+
+async def _reached(progress: IndexProgress, position: int) -> None:
+    assert await progress.reached() == position
 
 
 async def test_the_position_never_goes_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(index_progress, "STALE_SECONDS", 0.0)
     recorded = Recorded(20)
     progress = IndexProgress(recorded.read)
     assert await progress.reached() == 20

@@ -11,7 +11,12 @@ from typing import Protocol
 from memledger_platform.partitions import read_partition
 
 REFRESH_SECONDS = 0.05
-"""How old the position a search names may be (it is read again after that)."""
+"""How old the position a search names may be before it is read again: in the background,
+the search going on with the one known (up to ``STALE_SECONDS``)."""
+STALE_SECONDS = 0.5
+"""How old the known position may be and still be named without waiting for the lookup (the
+first search after a quiet spell waits for it): a search at a steady rate never waits on the
+database for its basis (a thread hop and a round trip, every few searches)."""
 POLL_SECONDS = 0.005
 """How often the position is read while a request waits for one it has not reached."""
 
@@ -39,9 +44,12 @@ class IndexProgress:
         self._reading: asyncio.Task[int] | None = None
 
     async def reached(self) -> int:
-        if time.monotonic() - self._read_at < REFRESH_SECONDS:
-            return self._known
-        return await self._fresh()
+        age = time.monotonic() - self._read_at
+        if age >= STALE_SECONDS:
+            return await self._fresh()
+        if age >= REFRESH_SECONDS:
+            self._lookup_soon()
+        return self._known
 
     async def wait_for(self, position: int, seconds: float) -> bool:
         """Looks once before the deadline counts: no time to wait still asks "is it there now?"."""
@@ -57,9 +65,15 @@ class IndexProgress:
 
     async def _fresh(self) -> int:
         """The position read now, or by the lookup already under way."""
+        return await asyncio.shield(self._lookup_soon())
+
+    def _lookup_soon(self) -> "asyncio.Task[int]":
+        """The lookup under way, started if none is. One nobody awaits may fail unseen: the
+        position then ages until a search waits for a lookup of its own, which raises."""
         if self._reading is None or self._reading.done():
             self._reading = asyncio.ensure_future(self._lookup())
-        return await asyncio.shield(self._reading)
+            self._reading.add_done_callback(_seen)
+        return self._reading
 
     async def _lookup(self) -> int:
         started = time.monotonic()
@@ -92,3 +106,8 @@ class PartitionProgress:
             return await mine.wait_for(position, seconds)
         waits = [progress.wait_for(position, seconds) for progress in self._partitions]
         return all(await asyncio.gather(*waits))
+
+
+def _seen(task: "asyncio.Task[int]") -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a background lookup's failure is not logged as lost
