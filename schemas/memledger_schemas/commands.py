@@ -99,6 +99,9 @@ class CommandBase(BaseModel):
         return value
 
 
+_NUMBERS = frozenset((int, float, bool))
+
+
 def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
@@ -110,8 +113,10 @@ def _has_nul(value: Any) -> bool:
             if "\x00" in item:
                 return True
         elif isinstance(item, (tuple, list)):
-            # Numbers skipped before the walk: an embedding's floats are most of its cost.
-            pending.extend([v for v in item if not isinstance(v, (int, float))])
+            # Numbers skipped before the walk: an embedding's floats are most of its cost,
+            # and a sequence of numbers alone is told by its types' set, made in C.
+            if not _NUMBERS.issuperset(map(type, item)):
+                pending.extend([v for v in item if not isinstance(v, (int, float))])
         elif isinstance(item, dict):
             pending.extend(item)
             pending.extend(item.values())

@@ -8,9 +8,15 @@ dead letters. memledger's own services send their commands on
 permissions must let only that service's user publish there, and no tenant account import it.
 A service sends several commands in one message on ``<prefix>.svc.<service>.<tenant>.commands``
 (``SERVICE_MANY``).
+
+With ``MEMLEDGER_EVENT_PARTITIONS`` above 1 the events are split by tenant into that many
+streams (docs/adr/0016-capacity-model.md): partition ``i`` is the stream ``<STEM>_EVENTS_P<i>``
+on ``<prefix>.evt<i>.<tenant>.<space>.<event_type>`` (a root of its own, so the streams never
+overlap, nor one left by an unpartitioned deployment). One partition is today's single stream.
 """
 
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 
 DEFAULT_PREFIX = "memledger"
 
@@ -32,11 +38,46 @@ HDR_DLQ_REASON = "Memledger-Dead-Letter-Reason"
 HDR_DLQ_SUBJECT = "Memledger-Original-Subject"
 
 
+def partition_of(tenant: str, partitions: int) -> int:
+    """The partition of a tenant's events: CRC-32 of its id modulo ``partitions``, the same in
+    every process and every release (Python's ``hash`` of a str is salted per process)."""
+    if partitions <= 1:
+        return 0
+    return zlib.crc32(tenant.encode()) % partitions
+
+
 @dataclass(frozen=True)
 class Subjects:
-    """Names derived from one subject prefix (``MEMLEDGER_NATS_PREFIX``)."""
+    """Names derived from one subject prefix (``MEMLEDGER_NATS_PREFIX``), for the events of one
+    partition (``partition`` of ``partitions``; the intake and dead-letter names are shared)."""
 
     prefix: str = DEFAULT_PREFIX
+    partitions: int = 1
+    partition: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.partition < max(1, self.partitions):
+            raise ValueError(f"partition {self.partition} is not one of 0..{self.partitions - 1}")
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partitions > 1
+
+    def of_partition(self, partition: int) -> "Subjects":
+        """The names of another partition's events."""
+        return replace(self, partition=partition)
+
+    def every_partition(self) -> list["Subjects"]:
+        """The names of each partition's events, in order (one: these)."""
+        return [self.of_partition(i) for i in range(self.partitions)]
+
+    def of_tenant(self, tenant: str) -> "Subjects":
+        """The names of the partition ``tenant``'s events are in."""
+        return self.of_partition(partition_of(tenant, self.partitions))
+
+    @property
+    def _events_root(self) -> str:
+        return f"{self.prefix}.evt{self.partition}" if self.partitioned else f"{self.prefix}.evt"
 
     @property
     def _stem(self) -> str:
@@ -44,6 +85,8 @@ class Subjects:
 
     @property
     def events_stream(self) -> str:
+        if self.partitioned:
+            return f"{self._stem}_EVENTS_P{self.partition}"
         return f"{self._stem}_EVENTS"
 
     @property
@@ -56,7 +99,7 @@ class Subjects:
 
     @property
     def all_events(self) -> str:
-        return f"{self.prefix}.evt.>"
+        return f"{self._events_root}.>"
 
     @property
     def all_intake(self) -> str:
@@ -75,7 +118,16 @@ class Subjects:
         return "ingest-intake"
 
     def event(self, tenant: str, space: str, event_type: str) -> str:
-        return f"{self.prefix}.evt.{tenant}.{space}.{event_type}"
+        return f"{self._events_root}.{tenant}.{space}.{event_type}"
+
+    def events_of_type(self, event_type: str) -> str:
+        """A filter for one event type's events, of every tenant and space."""
+        return f"{self._events_root}.*.*.{event_type}"
+
+    def event_tenant(self, subject: str) -> str | None:
+        """The tenant of an event subject of this partition, or ``None``."""
+        head = f"{self._events_root}."
+        return subject[len(head):].split(".", 1)[0] if subject.startswith(head) else None
 
     def intake(self, tenant: str, command: str) -> str:
         return f"{self.prefix}.in.{tenant}.{command}"

@@ -118,9 +118,9 @@ class CountingReader(Reader):
 
     polls = 0
 
-    def position(self) -> int:
+    def position(self, partition: int | None = None) -> int:
         self.polls += 1
-        return super().position()
+        return super().position(partition)
 
     @property
     def waiting(self) -> int:

@@ -391,8 +391,8 @@ from memledger_projector.core import store
 schema_name, prefix, dsn, url, hang_from = sys.argv[1:]
 apply_batch = store.apply_batch
 
-def apply_then_hang(conn, names, events, stream_seq=None):
-    checkpoint = apply_batch(conn, names, events, stream_seq)
+def apply_then_hang(conn, names, events, stream_seq=None, partition=None):
+    checkpoint = apply_batch(conn, names, events, stream_seq, partition)
     if checkpoint.position >= int(hang_from):
         print("committed", checkpoint.position, flush=True)
         time.sleep(3600)  # held between the commit and the ack until the test's SIGKILL

@@ -3,6 +3,8 @@ embedding, both in one decision; an embedding of another model or size than the 
 refused naming the field; the enricher skips what an import embedded (in the same batch, and
 an assertion that ends a fetch is held for the next one, so the pair is never split)."""
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any, cast
 from uuid import UUID
 
@@ -11,12 +13,16 @@ import pytest
 
 from memledger_enricher.plan import Source, embedded_already, embedding_of
 from memledger_enricher.service import Enricher
+from memledger_ingest.core.results import request_hash
+from memledger_ingest.core.writer import GroupCommitWriter, Rejected
 from memledger_ingest.domain.decide import Context, decide
 from memledger_ingest.domain.errors import Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState
 from memledger_ingest.domain.targets import IndexModel
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.events import decode
+from memledger_platform.eventstore import RecordedEvent
+from memledger_platform.eventstore.memory import InMemoryEventStore
 from memledger_platform.intake_client import IntakeClient
 from memledger_schemas import commands as c
 from memledger_schemas import events as e
@@ -120,3 +126,47 @@ async def test_the_enricher_does_not_embed_an_item_version_imported_with_its_mod
     entities = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEntities)]
     assert {cmd.item_id for cmd in entities} == {ITEM, other}  # still read for names
     assert all(m.acked for m in msgs)
+
+
+class _CountingStore(InMemoryEventStore):
+    """Counts the stream reads the writer makes (each one a round trip to PostgreSQL)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read_streams(self, stream_ids: Sequence[UUID]) -> dict[UUID, list[RecordedEvent]]:
+        self.reads += 1
+        return super().read_streams(stream_ids)
+
+
+async def test_a_batch_of_imports_reads_the_store_once_not_once_per_new_item() -> None:
+    store = _CountingStore()
+    writer = GroupCommitWriter(store, index=IndexModel("m", 2))
+    writer.start()
+    try:
+        await writer.submit("acme", [c.CreateSpace(space_id="notes")])
+        before = store.reads
+        items = [UUID(int=0x200 + i) for i in range(20)]
+        results = await writer.submit("acme", [_import(item_id=i, content=f"fact {i}")
+                                               for i in items])
+        reads = store.reads - before
+        with pytest.raises(Rejected, match="already exists"):  # the item is there now
+            await writer.submit("acme", [_import(item_id=items[0])])
+    finally:
+        writer.stop()
+    assert reads == 1
+    assert [r.command for r in results] == ["import_memory"] * 20
+    types = [r.event_type for r in store.read_all(0, 100)]
+    assert types.count("memory.asserted") == types.count("memory.embedded") == 20
+
+
+@pytest.mark.parametrize("command", [
+    _import(content="ciel bleu \u2028 é", idempotency_key="k"),
+    c.SetSpacePolicy.model_validate({"space_id": "notes", "retention_days": {"fact": 3}})])
+def test_a_requests_digest_is_the_one_recorded_before_from_its_json_text(
+        command: c.CommandBase) -> None:
+    text = command.model_dump_json()
+    if isinstance(command, c.SetSpacePolicy):
+        text += "|" + ",".join(sorted(command.model_fields_set))
+    assert request_hash(command) == hashlib.sha256(text.encode()).hexdigest()[:32]

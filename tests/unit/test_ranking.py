@@ -4,6 +4,7 @@ near-duplicates, and the modes' defaults."""
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,10 @@ from memledger_query.core.ranking import (
     Signals,
     VectorLookup,
     collapse,
+    complete_dense,
     policy_version,
     rank,
+    rescore,
     score,
     utility,
 )
@@ -147,6 +150,47 @@ def test_only_messages_are_lifted_and_only_by_their_own_session() -> None:
                   candidate("loose", dense=0.8, kind="message")], RECIPE, NOW)
     lifted = {r.candidate.item_id: r.explain["session_factor"] for r in found}
     assert lifted == {"named": 1.375, "other": 1.0, "fact": 1.0, "loose": 1.0}
+
+
+# --- a candidate found by its words alone ----------------------------------------------------
+
+def test_a_candidate_found_by_its_words_alone_is_given_its_cosine() -> None:
+    found = complete_dense([candidate("words", keyword=4.0), candidate("both", dense=0.9,
+                                                                          keyword=4.0)],
+                           {"words": 0.8, "both": 0.1})
+    assert [c.dense for c in found] == [0.8, 0.9], \
+        "the one dense search scored keeps its score"
+    assert [c.keyword for c in found] == [4.0, 4.0]
+
+
+def test_a_candidate_without_a_cosine_keeps_no_dense_score() -> None:
+    words = candidate("words", keyword=4.0)
+    assert complete_dense([words], {}) == [words], "not embedded: nothing to compare"
+
+
+def test_a_turn_found_by_its_words_outranks_a_weaker_one_dense_search_returned() -> None:
+    # Without its cosine the turn that names the query's words ranks as if unrelated in
+    # meaning (0.7 * keyword alone), below a turn dense search returned.
+    named = message("named", "s1", keyword=4.0)
+    returned = message("returned", "s2", dense=0.5, keyword=2.0)
+    before = [r.candidate.item_id for r in rank([named, returned], RECIPE, NOW)]
+    assert before == ["returned", "named"]
+    after = rank(complete_dense([named, returned], {"named": 0.8}), RECIPE, NOW)
+    assert [r.candidate.item_id for r in after] == ["named", "returned"]
+    assert after[0].explain["dense"] == pytest.approx(0.8)
+    assert after[0].relevance == pytest.approx(0.7 * 0.8 + 0.3 * 0.5)
+
+
+def test_rescoring_what_changed_ranks_as_ranking_everything_again() -> None:
+    found = [message("a", "s1", keyword=4.0), message("b", "s1", dense=0.6, keyword=1.0),
+             message("c", "s2", dense=0.5), candidate("d", keyword=8.0)]
+    ranked = rank(found, RECIPE, NOW)
+    changed = {"a": replace(found[0], dense=0.9), "d": replace(found[3], dense=0.1)}
+    again = rescore(ranked, changed, RECIPE, NOW)
+    whole = rank([changed.get(c.item_id, c) for c in found], RECIPE, NOW)
+    assert [(r.candidate.item_id, r.score) for r in again] == \
+        [(r.candidate.item_id, r.score) for r in whole]
+    assert [r.candidate.item_id for r in again] != [r.candidate.item_id for r in ranked]
 
 
 # --- learned utility ------------------------------------------------------------------------

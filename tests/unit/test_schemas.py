@@ -327,9 +327,19 @@ def test_stream_names_are_derived_from_the_prefix() -> None:
     {"content": "a\x00b"},
     {"content": "ok", "triple": {"subject": "a\x00", "predicate": "p", "object": "o"}},
     {"content": "ok", "tags": ["x\x00"]},
+    {"content": "ok", "tags": ["a", "b", "x\x00"]},
 ])
 def test_a_nul_character_is_refused_naming_the_field(body: dict[str, object]) -> None:
     # PostgreSQL text and jsonb refuse NUL: such a write could never be projected.
     with pytest.raises(ValidationError) as refused:
         c.AssertMemory.model_validate({"space_id": "s", "kind": "fact", **body})
     assert refused.value.errors()[0]["loc"][0] in body
+
+
+def test_a_nul_is_found_beside_numbers_and_a_list_of_numbers_alone_holds_none() -> None:
+    from memledger_schemas.commands import _has_nul
+
+    assert not _has_nul([0.5] * 384)
+    assert not _has_nul((1, 2.0, True))
+    assert _has_nul([0.5, 1, "a\x00"])
+    assert _has_nul([[0.5], {"k": [2, "\x00"]}])

@@ -2,16 +2,17 @@
 tenants and spaces never leak, layers never repeat an item, the threshold and the subject
 filter cut, near-duplicates collapse."""
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
-from memledger_platform.vectorindex.sparse import encode_document
-from memledger_query.core.ranking import MODES, Recipe, Signals
+from memledger_platform.vectorindex.sparse import encode_document, encode_query
+from memledger_query.core.ranking import MODES, Candidate, Recipe, Signals, rank
 from memledger_query.core.semantic import Found, Layer, Refinements, search
 
 NOW = 1.79e9
@@ -214,3 +215,65 @@ def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searc
 
     assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
     assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))
+
+
+class CountingIndex(InMemoryVectorIndex):
+    """The exact index, counting the vectors looked up by point id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looked_up: list[str] = []
+
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+        self.looked_up += point_ids
+        return super().vectors(point_ids)
+
+
+def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> None:
+    query = EMBEDDER.embed_query(QUERY)
+    # 40 items closer in meaning fill dense search's candidates (max(5 * 4, 40)), so the
+    # item that names the query's words is found by its words alone.
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    words = point(1, HOME)  # cosine 0.87 with the query: below every one of the 40
+    index = CountingIndex()
+    index.upsert([*closer, words])
+    [layer] = search(index, query, QUERY, [Layer("space", scope(), 5)], RECIPE,
+                     threshold=0.0, now=NOW)
+    hit = next(r for r in layer.hits if r.candidate.item_id == "item-1")
+    own = np.dot(EMBEDDER.embed_query(HOME), query) / np.linalg.norm(query) ** 2
+    assert hit.candidate.dense == pytest.approx(own, abs=1e-5), \
+        "its own cosine, not the 0 of a missing score"
+    assert layer.hits[0].candidate.item_id == "item-1", "meaning and words: first"
+    assert index.looked_up.count(words.point_id) == 1, "looked up by collapse alone"
+
+
+def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring_all(
+        ) -> None:
+    query = np.asarray(EMBEDDER.embed_query(QUERY))
+    rng = np.random.default_rng(7)
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    # items naming some of the query's words, their meanings from near to unrelated
+    words = [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
+                          list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
+                          point(200 + n, text).payload | {"item_id": f"words-{n}"},
+                          encode_document(text))
+             for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+    index = CountingIndex()
+    index.upsert([*closer, *words])
+    layer = Layer("space", scope(), 5)
+    [found] = search(index, list(query), QUERY, [layer], RECIPE, threshold=0.0, now=NOW)
+    vectors = {p.payload["item_id"]: np.asarray(p.vector) for p in words}
+    cosines = {item: float(v @ query / np.linalg.norm(v) / np.linalg.norm(query))
+               for item, v in vectors.items()}
+    everything = [Candidate(p.payload["item_id"], p.payload, dense=1.0) for p in closer] + [
+        Candidate(p.payload["item_id"], p.payload, dense=cosines[p.payload["item_id"]],
+                  keyword=h.score)
+        for p in words for h in index.search_sparse(encode_query(QUERY), scope(), 100)
+        if h.payload["item_id"] == p.payload["item_id"]]
+    expected = [r.candidate.item_id for r in rank(everything, RECIPE, NOW)][:5]
+    assert [r.candidate.item_id for r in found.hits] == expected
+    assert any(r.candidate.item_id.startswith("words") for r in found.hits)

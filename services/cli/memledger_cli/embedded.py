@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -143,7 +144,7 @@ async def supervise(name: str, argv: list[str], env: dict[str, str], stop: async
         # locks), so it is safe although this process has threads.
         proc = subprocess.Popen(  # noqa: ASYNC220
             argv, env=env, preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
-        exited = asyncio.ensure_future(asyncio.to_thread(proc.wait))
+        exited = asyncio.ensure_future(_exit_of(proc, name))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -155,6 +156,24 @@ async def supervise(name: str, argv: list[str], env: dict[str, str], stop: async
         if await _stopping_within(stop, RESTART_PAUSE):
             return
         log.warning("%s exited with code %s; restarting it", name, proc.returncode)
+
+
+async def _exit_of(proc: "subprocess.Popen[bytes]", name: str) -> int:
+    """``proc``'s exit code, waited for on a thread of its own: on the default executor, whose
+    few threads (the cores + 4) every child's wait would hold for its whole life, one process
+    per events partition left none for anything else (``up`` hung)."""
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[int] = loop.create_future()
+
+    def settle(code: int) -> None:
+        if not exited.done():
+            exited.set_result(code)
+
+    def wait() -> None:
+        loop.call_soon_threadsafe(settle, proc.wait())
+
+    threading.Thread(target=wait, name=f"wait for {name}", daemon=True).start()
+    return await exited
 
 
 RESTART_PAUSE = 1.0

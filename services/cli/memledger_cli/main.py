@@ -37,6 +37,9 @@ SERVICES = {
 }
 """Services a distributed deployment runs one process each of: module with ``run(settings)``."""
 
+PARTITIONED = ("relay", "projector")
+"""Services that can serve one partition of the events only (``--partition``, ADR 0016)."""
+
 
 def _service(args: argparse.Namespace, settings: Settings) -> int:
     from memledger_platform.lifecycle import run_service
@@ -58,7 +61,13 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("up", help="run memledger (embedded engines by default)").set_defaults(
         handler=_up)
     for name, (_, text) in SERVICES.items():
-        commands.add_parser(name, help=text).set_defaults(handler=_service)
+        command = commands.add_parser(name, help=text)
+        command.set_defaults(handler=_service)
+        if name in PARTITIONED:
+            command.add_argument(
+                "--partition", type=int, default=None, metavar="I",
+                help="serve partition I of the events only (0 to MEMLEDGER_EVENT_PARTITIONS-1;"
+                " default: every partition, or MEMLEDGER_EVENT_PARTITION)")
     from memledger_cli.admin import add_admin_parser
     from memledger_cli.bench import add_bench_parser
     from memledger_cli.cluster_up import add_parser as add_cluster_parser
@@ -81,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        settings = load_settings()
+        partition = getattr(args, "partition", None)
+        settings = load_settings(**({} if partition is None else {"event_partition": partition}))
     except SettingsError as error:
         print(f"memledger: {error}", file=sys.stderr)
         return 2

@@ -63,7 +63,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
         target = store.max_position()
         with Bar("rebuild postgres", target) as bar:
             try:
-                done = blue_green.rebuild(conn, store, schema.Names(settings.postgres_schema),
+                done = blue_green.rebuild(conn, store, _names(settings),
                                           bar.update)
             except blue_green.RebuildStopped as stopped:
                 print(f"memledger: {stopped}", file=sys.stderr)
@@ -130,3 +130,8 @@ def _instant(text: str) -> datetime:
     if value.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} needs a timezone offset, e.g. ...Z")
     return value
+
+
+def _names(settings: Settings) -> schema.Names:
+    """The read models, with a checkpoint per partition of the events."""
+    return schema.Names(settings.postgres_schema, settings.event_partitions)

@@ -60,8 +60,9 @@ def up(settings: Settings) -> None:
             # socket (ADR 0006). Each service connects to NATS as its own user.
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
-                name, _child_argv(name), _child_env(started.endpoints(name), settings),
-                children_stop)) for name in CHILDREN]
+                label, _child_argv(name), {**_child_env(started.endpoints(name), settings),
+                                           **extra}, children_stop))
+                for name in CHILDREN for label, extra in _instances(name, settings)]
             query = await asyncio.to_thread(build_query, settings, started.postgres_dsn)
             await _index_serving(query.index, stop)
             recording = asyncio.create_task(query.record_retrievals(
@@ -97,6 +98,20 @@ async def _index_serving(index: VectorIndex, stop: asyncio.Event,
             await asyncio.sleep(0.2)
 
 
+PER_PARTITION = ("relay", "projector")
+"""The children ``up`` runs once per partition of the events when they are partitioned (the
+single-writer stages of ADR 0016); the others serve every partition in one process (the
+vectors service owns the one index's process)."""
+
+
+def _instances(name: str, settings: Settings) -> list[tuple[str, dict[str, str]]]:
+    """Each process of the child ``name``: its label and its extra environment."""
+    if settings.event_partitions == 1 or name not in PER_PARTITION:
+        return [(name, {})]
+    return [(f"{name} p{i}", {"MEMLEDGER_EVENT_PARTITION": str(i)})
+            for i in range(settings.event_partitions)]
+
+
 def _child_argv(command: str) -> list[str]:
     argv = [sys.executable, "-m", "memledger_cli", command]
     # Embedding is the heaviest work and the least urgent: on a small machine it must yield
@@ -106,6 +121,7 @@ def _child_argv(command: str) -> list[str]:
 
 def _child_env(endpoints: Endpoints, settings: Settings) -> dict[str, str]:
     return {**os.environ, "MEMLEDGER_MODE": "distributed",
+            "MEMLEDGER_EVENT_PARTITIONS": str(settings.event_partitions),
             "MEMLEDGER_POSTGRES_DSN": endpoints.postgres_dsn,
             "MEMLEDGER_NATS_URL": endpoints.nats_url,
             **({"MEMLEDGER_MASTER_KEY": settings.master_key.get_secret_value()}

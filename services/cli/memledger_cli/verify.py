@@ -41,7 +41,6 @@ from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
 from memledger_platform.readmodel import schema
-from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.settings import DEFAULT_HTTP_PORT, Settings
 from memledger_platform.stream_cursor import RelayOutOfSync, stream_cursor
 from memledger_platform.vectorindex.port import VectorIndex
@@ -82,8 +81,8 @@ async def verify(target: Target, wait_seconds: float = 10.0) -> tuple[Report, Fo
     deadline = time.monotonic() + wait_seconds
     await _until(deadline, lambda: _relayed_through(target, committed))
     with Bar("verify events stream", committed) as bar:
-        stream = await verify_stream.compare(target.store, target.js, target.subjects,
-                                             committed, bar.update)
+        stream = await verify_stream.compare_every_partition(
+            target.store, target.js, target.subjects, committed, bar.update)
     await _until(deadline, lambda: asyncio.to_thread(_projected_through, target, committed))
     with Bar("verify postgres (rebuild to compare)", committed) as bar:
         models = await asyncio.to_thread(
@@ -119,7 +118,9 @@ async def _until(deadline: float, reached: Callable[[], Awaitable[bool]]) -> Non
 
 async def _relayed_through(target: Target, position: int) -> bool:
     try:
-        return (await stream_cursor(target.js, target.subjects)).position >= position
+        # partitioned: until one partition's relay got there (each publishes its own only)
+        return max([(await stream_cursor(target.js, partition)).position for partition
+                    in target.subjects.every_partition()]) >= position
     except (RelayOutOfSync, Exception):
         return True  # nothing to wait for: the comparison will say what is wrong
 
@@ -128,7 +129,7 @@ def _projected_through(target: Target, position: int) -> bool:
     try:
         with psycopg.connect(target.dsn, autocommit=True) as conn:
             live = target.names.schema(schema.live_version(conn, target.names))
-            return read_checkpoint(conn, live).position >= position
+            return verify_models.projected_through(conn, target.names, live) >= position
     except (LookupError, psycopg.Error):
         return True
 
@@ -239,7 +240,8 @@ async def _target(args: argparse.Namespace, settings: Settings, dsn: str, nats_u
                                                         pool_size=2))
     nc = await bus.connect(nats_url, "memledger-verify")
     target = Target(event_store, nc.jetstream(), settings.subjects, dsn,
-                    schema.Names(settings.postgres_schema), settings.nats_stream_replicas)
+                    schema.Names(settings.postgres_schema, settings.event_partitions),
+                    settings.nats_stream_replicas)
     keyring, keyring_pool = keyring_for(with_home_master_key(settings), dsn)
     target.opened = OpenedEventStore(event_store, Opener(keyring))
     try:

@@ -25,6 +25,7 @@ from memledger_platform.crypto import ERASED
 from memledger_platform.events import VECTOR, decode
 from memledger_platform.eventstore import EventStore, RecordedEvent
 from memledger_platform.eventstore.port import Committed, IdempotentResult
+from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.readmodel import schema
 from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_projector.core import rebuild, store
@@ -93,6 +94,21 @@ class LogUpTo(EventStore):
         self._inner.interrupt()
 
 
+def projected_through(conn: psycopg.Connection[Any], names: schema.Names, live: str) -> int:
+    """The position through which the live model holds every event: its checkpoint; with the
+    events partitioned (docs/adr/0016), each partition has its own, so it is the highest one
+    short of the first event a partition has not projected yet."""
+    if names.partitions == 1:
+        return read_checkpoint(conn, live).position
+    events = sql.SQL("{}.{}").format(sql.Identifier(names.base), sql.Identifier(EVENTS_TABLE))
+    rows = conn.execute(sql.SQL(
+        "SELECT c.position, (SELECT min(e.notification_id) FROM {events} e WHERE "
+        "e.tenant_partition = c.tenant_partition AND e.notification_id > c.position) "
+        "FROM {live}.checkpoint c").format(events=events, live=sql.Identifier(live))
+    ).fetchall()
+    return int(min([max(r[0] for r in rows), *(r[1] - 1 for r in rows if r[1] is not None)]))
+
+
 def compare(dsn: str, event_store: EventStore, names: schema.Names, committed: int,
             progress: rebuild.Progress | None = None, *, vectors: bool = True,
             items: bool = False) -> ModelComparison:
@@ -101,14 +117,14 @@ def compare(dsn: str, event_store: EventStore, names: schema.Names, committed: i
     with psycopg.connect(dsn, autocommit=True) as conn, _scratch(conn) as scratch:
         try:
             live = names.schema(schema.live_version(conn, names))
-            position = read_checkpoint(conn, live).position
+            position = projected_through(conn, names, live)
         except (LookupError, psycopg.errors.UndefinedTable):
             return ModelComparison("", 0, committed, missing="no read model yet (has the "
                                    "projector ever run?)")
         built = rebuild.rebuild(conn, LogUpTo(event_store, position), scratch, progress)
         target = scratch.schema(built.version)
         with _snapshot(dsn) as snap:
-            position = read_checkpoint(snap, live).position
+            position = projected_through(snap, names, live)
             _catch_up(conn, event_store, target, position)
             result = ModelComparison(live, position, committed)
             mine, theirs = table_digests(snap, live), table_digests(conn, target)

@@ -106,11 +106,47 @@ class StreamComparison:
                                      self.altered))
 
 
+async def compare_every_partition(store: EventStore, js: JetStreamContext, subjects: Subjects,
+                                  until: int, progress: Progress | None = None
+                                  ) -> StreamComparison:
+    """``compare`` for each partition's stream (one: the events stream), merged: the
+    partitions together must hold every committed position once (docs/adr/0016)."""
+    found = [await compare(store, js, partition, until, progress)
+             for partition in subjects.every_partition()]
+    return found[0] if len(found) == 1 else _merged(found, until)
+
+
+def _merged(found: list[StreamComparison], until: int) -> StreamComparison:
+    merged = StreamComparison(", ".join(f.stream for f in found), until,
+                              relayed=max(f.relayed for f in found))
+    digest = hashlib.sha256()  # over each partition's digest, in partition order
+    for part in found:
+        for mine, theirs in ((merged.in_store, part.in_store),
+                             (merged.in_stream, part.in_stream)):
+            mine.counts.update(theirs.counts)
+            mine.first = min(p for p in (mine.first, theirs.first) if p is not None) \
+                if theirs.first is not None else mine.first
+            mine.last = max(p for p in (mine.last, theirs.last) if p is not None) \
+                if theirs.last is not None else mine.last
+        for ranges in ("gaps", "behind"):
+            into, of = getattr(merged, ranges), getattr(part, ranges)
+            into.count += of.count
+            into.runs.extend(of.runs[:EXAMPLES - len(into.runs)])
+        for kind in ("extra", "repeated", "foreign", "altered"):
+            into, of = getattr(merged, kind), getattr(part, kind)
+            into.count += of.count
+            into.first.extend(of.first[:EXAMPLES - len(into.first)])
+        digest.update(bytes.fromhex(part.digest))
+    merged.digest = digest.hexdigest()
+    return merged
+
+
 async def compare(store: EventStore, js: JetStreamContext, subjects: Subjects, until: int,
                   progress: Progress | None = None) -> StreamComparison:
-    """Merge the store (through ``until``) with the stream, in position order."""
+    """Merge the store (through ``until``; one partition's events, if partitioned) with the
+    stream, in position order."""
     result = StreamComparison(subjects.events_stream, until)
-    events = _Cursor(store, until)
+    events = _Cursor(store, until, subjects.partition if subjects.partitioned else None)
     await events.fill()
     digest, last = hashlib.sha256(), 0
     async for msg in _messages(js, subjects):
@@ -179,22 +215,28 @@ def _count(result: StreamComparison, event: RecordedEvent) -> None:
 
 
 class _Cursor:
-    """The store's events through ``until``, read a chunk at a time off the event loop."""
+    """The store's events through ``until`` (of ``partition`` only, if given), read a chunk at
+    a time off the event loop."""
 
-    def __init__(self, store: EventStore, until: int) -> None:
-        self._store, self._until = store, until
+    def __init__(self, store: EventStore, until: int, partition: int | None = None) -> None:
+        self._store, self._until, self._partition = store, until, partition
         self._chunk: list[RecordedEvent] = []
         self._at, self._after, self._done = 0, 0, until == 0
 
     async def fill(self) -> None:
         if self._at < len(self._chunk) or self._done:
             return
-        chunk = await asyncio.to_thread(self._store.read_all, self._after, _CHUNK)
+        chunk = await asyncio.to_thread(self._read)
         self._chunk = [e for e in chunk if e.position <= self._until]
         self._at = 0
         self._done = len(self._chunk) < len(chunk) or len(chunk) < _CHUNK
         if self._chunk:
             self._after = self._chunk[-1].position
+
+    def _read(self) -> list[RecordedEvent]:
+        if self._partition is None:
+            return self._store.read_all(self._after, _CHUNK)
+        return self._store.read_partition(self._partition, self._after, _CHUNK)
 
     async def peek(self) -> RecordedEvent | None:
         await self.fill()
@@ -253,8 +295,17 @@ def _scope(subject: str, subjects: Subjects) -> tuple[str, str]:
 
 async def catch_up(store: EventStore, js: JetStreamContext, subjects: Subjects,
                    progress: Progress | None = None) -> int:
-    """Publish what the stream lacks after its last message, as the relay does; return how
-    many. Raises ``RelayOutOfSync`` if the stream's last message is not the relay's."""
+    """Publish what each partition's stream (one: the stream) lacks after its last message,
+    as the relay does; return how many. Raises ``RelayOutOfSync`` if a stream's last message
+    is not the relay's."""
+    total = 0
+    for partition in subjects.every_partition():
+        total += await _catch_up(store, js, partition, progress)
+    return total
+
+
+async def _catch_up(store: EventStore, js: JetStreamContext, subjects: Subjects,
+                    progress: Progress | None) -> int:
     relay = Relay(store, js, subjects)
     relay.cursor = await relay.resume()
     total, end = 0, await asyncio.to_thread(store.max_position)
@@ -267,7 +318,8 @@ async def catch_up(store: EventStore, js: JetStreamContext, subjects: Subjects,
 
 async def reset(store: EventStore, js: JetStreamContext, subjects: Subjects, replicas: int,
                 progress: Progress | None = None) -> int:
-    """Delete and recreate the events stream, then republish every event from position 1.
+    """Delete and recreate the events stream (each partition's), then republish every event
+    from position 1.
 
     Deleting (rather than purging) clears the stream's duplicate window, which would otherwise
     drop a republished event id for two minutes, and restarts its sequence, so a relay still
@@ -275,7 +327,8 @@ async def reset(store: EventStore, js: JetStreamContext, subjects: Subjects, rep
     stream's consumers go with it: run this with memledger stopped; on their next start the
     projectors and the enricher read the log again (harmlessly: by position, rollback and
     idempotency keys)."""
-    await js.delete_stream(subjects.events_stream)
+    for partition in subjects.every_partition():
+        await js.delete_stream(partition.events_stream)
     await bus.ensure_streams(js, subjects, replicas)
     return await catch_up(store, js, subjects, progress)
 

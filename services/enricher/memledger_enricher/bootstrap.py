@@ -10,6 +10,7 @@ from memledger_platform.embedding import factory as embedders
 from memledger_platform.intake_client import ingest_client
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import model_slug
+from memledger_schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
 
@@ -20,15 +21,22 @@ async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     # One consumer per model: switching the model re-enriches the whole log with the new one.
     # Sealed personal data is opened with the subjects' keys, kept beside the event store.
     async with ingest_client(settings, nats_url, "enricher") as client:
-        enricher = Enricher(client.js, settings.subjects, embedder, client.intake,
-                            batch=settings.enricher_batch,
-                            in_flight=settings.enricher_in_flight,
-                            durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
-                            opener=client.opener)
-        log.info("enriching %s with %s", settings.subjects.events_stream, embedder.model_id)
+        # one consumer of each partition's events stream (one: the events stream)
+        enrichers = [Enricher(client.js, subjects, embedder, client.intake,
+                              batch=settings.enricher_batch,
+                              in_flight=settings.enricher_in_flight,
+                              durable=f"{DURABLE}-{model_slug(embedder.model_id)}",
+                              opener=client.opener)
+                     for subjects in _served(settings)]
+        for subjects in _served(settings):
+            log.info("enriching %s with %s", subjects.events_stream, embedder.model_id)
         async with forming_of(settings, client) as forming:
-            await asyncio.gather(enricher.run(stop),
-                                 *([forming.run(stop)] if forming is not None else []))
+            await asyncio.gather(*(enricher.run(stop) for enricher in enrichers),
+                                 *(one.run(stop) for one in forming))
+
+
+def _served(settings: Settings) -> list[Subjects]:
+    return [settings.subjects.of_partition(i) for i in settings.served_partitions]
 
 
 async def run(settings: Settings) -> None:

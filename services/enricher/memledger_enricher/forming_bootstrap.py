@@ -19,12 +19,12 @@ log = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def forming_of(settings: Settings, client: IngestClientSession
-                     ) -> AsyncIterator[Forming | None]:
-    """The forming consumer (``None`` with ``MEMLEDGER_EXTRACTOR=off``); its event store is
-    closed on the way out."""
+                     ) -> AsyncIterator[list[Forming]]:
+    """The forming consumers, one per partition's events stream (none with
+    ``MEMLEDGER_EXTRACTOR=off``); their event store is closed on the way out."""
     extractor = extractors.from_settings(settings)
     if extractor is None:
-        yield None
+        yield []
         return
     store = None
     if settings.postgres_dsn:
@@ -35,11 +35,12 @@ async def forming_of(settings: Settings, client: IngestClientSession
     try:
         log.info("forming memories with %s (%s)", extractor.extractor_id,
                  extractor.prompt_version)
-        yield Forming(client.js, settings.subjects, extractor, client.intake,
-                      turns=EventStoreTurns(store, client.opener) if store else None,
-                      opener=client.opener, summary_every=settings.extractor_summary_every,
-                      delivery=Delivery(max_deliveries=settings.extractor_max_deliveries,
-                                        durable=f"{DURABLE}-{model_slug(version)}"))
+        yield [Forming(client.js, settings.subjects.of_partition(i), extractor, client.intake,
+                       turns=EventStoreTurns(store, client.opener) if store else None,
+                       opener=client.opener, summary_every=settings.extractor_summary_every,
+                       delivery=Delivery(max_deliveries=settings.extractor_max_deliveries,
+                                         durable=f"{DURABLE}-{model_slug(version)}"))
+               for i in settings.served_partitions]
     finally:
         if store is not None:
             store.close()

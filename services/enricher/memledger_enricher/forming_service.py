@@ -82,7 +82,7 @@ class Forming(Handling):
         self._consumer = Consumer(js, subjects, Subscription(
             name="enricher", stream=subjects.events_stream, durable=durable,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in EVENT_TYPES),
+            filter_subjects=tuple(subjects.events_of_type(t) for t in EVENT_TYPES),
             batch=batch, ack_wait=ACK_WAIT_SECONDS, max_ack_pending=batch * 2, each=True,
             max_attempts=max_deliveries, retry_seconds=retry_delay,
             max_retry_seconds=retry_delay * 2 ** max_deliveries, traced=False), self)

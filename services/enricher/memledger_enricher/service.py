@@ -56,7 +56,7 @@ class Enricher:
         self._consumer = Consumer(js, subjects, Subscription(
             name="enricher", stream=subjects.events_stream, durable=durable,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}"
+            filter_subjects=tuple(subjects.events_of_type(t)
                                   for t in (*EVENT_TYPES, EMBEDDED)),
             batch=batch, ack_wait=ACK_WAIT_SECONDS, ordered=False, in_flight=in_flight,
             nak_delay=RETRY_DELAY_SECONDS), self._enrichment)

@@ -57,7 +57,7 @@ class IngestService:
 async def build(settings: Settings, endpoints: Endpoints) -> IngestService:
     store = PostgresEventStore(datastore_from_dsn(
         endpoints.postgres_dsn, schema=settings.postgres_schema,
-        pool_size=settings.postgres_pool_size))
+        pool_size=settings.postgres_pool_size), partitions=settings.event_partitions)
     await asyncio.to_thread(store.create_tables)
     nc = await bus.connect(endpoints.nats_url, "memledger-ingest")
     js = nc.jetstream(publish_async_max_pending=settings.relay_batch * 2)
@@ -173,8 +173,9 @@ async def _health(service: IngestService) -> dict[str, Any]:
     that the two agree), NATS connectivity and intake dead letters."""
     position = await asyncio.to_thread(service.store.max_position)
     try:
-        relayed: int | None = (await stream_cursor(service.js, service.settings.subjects)
-                               ).position
+        # partitioned: the furthest any partition's relay got (each publishes only its own)
+        relayed: int | None = max([(await stream_cursor(service.js, subjects)).position
+                                   for subjects in service.settings.subjects.every_partition()])
     except Exception as error:
         log.warning("health could not read the events stream: %s", error)
         relayed = None

@@ -15,12 +15,15 @@ log = logging.getLogger(__name__)
 async def serve(settings: Settings, nats_url: str, stop: asyncio.Event) -> None:
     """Schedule until ``stop`` is set."""
     async with ingest_client(settings, nats_url, "lifecycle") as client:
-        scheduler = Scheduler(client.js, settings.subjects, client.intake,
-                              interval_seconds=settings.lifecycle_interval_seconds,
-                              opener=client.opener)
-        log.info("lifecycle scheduler on %s, every %s s", settings.subjects.events_stream,
-                 settings.lifecycle_interval_seconds)
-        await scheduler.run(stop)
+        # one scheduler per partition's events stream (its tenants' spaces)
+        schedulers = [Scheduler(client.js, settings.subjects.of_partition(i), client.intake,
+                                interval_seconds=settings.lifecycle_interval_seconds,
+                                opener=client.opener) for i in settings.served_partitions]
+        for i in settings.served_partitions:
+            log.info("lifecycle scheduler on %s, every %s s",
+                     settings.subjects.of_partition(i).events_stream,
+                     settings.lifecycle_interval_seconds)
+        await asyncio.gather(*(scheduler.run(stop) for scheduler in schedulers))
 
 
 async def run(settings: Settings) -> None:

@@ -21,7 +21,7 @@ with ``age_days`` counted from the item's last reinforcement (assertion or reaff
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +46,8 @@ EVENT_TYPES = (
 """What the fold reads; every other event is ignored."""
 
 _DAY = 86_400.0
+CHUNK = 1_000
+"""Decisions per chunk of a tick (``archive_chunks``)."""
 _MARGIN = 1e-4
 """How far below the threshold a block's similarity may fall and still be computed again
 one by one: a matrix product may round its last bit differently from a single dot product."""
@@ -150,39 +152,65 @@ class LifecycleFold:
                 and self._active(c.tenant, c.survivor)]
 
     def archives(self, now: datetime) -> list[Archive]:
-        """What the policies archive at ``now``, in item order (a pure function of the fold
-        and ``now``). One item's snapshot is made at a time, so a pass holds little beside
-        what it decides."""
-        decided: dict[str, Archive] = {}
-        survivors: dict[tuple[str, str], list[tuple[float, int, str, Policy]]] = {}
+        """What the policies archive at ``now``, in (tenant, item id) order (a pure function of
+        the fold and ``now``)."""
+        return [archive for chunk in self.archive_chunks(now) for archive in chunk]
+
+    def archive_chunks(self, now: datetime, size: int = CHUNK) -> Iterator[list[Archive]]:
+        """``archives(now)`` in lists of at most ``size``, made as they are taken: a tick
+        holds one chunk of decisions and one item's snapshot at a time, not every item's.
+        ``max_items`` ranks a whole space, so its spaces are read once before (only their
+        survivors' strengths are held)."""
+        over = self._over_limits(now)
+        chunk: list[Archive] = []
         for row in self._candidates():
-            item = self.table.item(row)
+            item = self.table.item(int(row), vector=False)
             policy = self._governing(item)
             if policy is None:
                 continue
             found = self._expired(item, policy, now)
-            if found is not None:
-                decided[item.item_id] = Archive(item.tenant, item.space, item.item_id,
-                                                policy.version, *found)
-            elif self._limited(item.tenant, item.space):
+            archive = (Archive(item.tenant, item.space, item.item_id, policy.version, *found)
+                       if found is not None else over.get((item.tenant, item.item_id)))
+            if archive is not None:
+                chunk.append(archive)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def _over_limits(self, now: datetime) -> dict[tuple[str, str], Archive]:
+        """By (tenant, item id): what ``max_items`` archives (among the items no other rule
+        archives)."""
+        limited = {key for key in self.policies if self._limited(*key)}
+        if not limited:
+            return {}
+        survivors: dict[tuple[str, str], list[tuple[float, int, str, Policy]]] = {}
+        for row in self._candidates(limited):
+            item = self.table.item(int(row), vector=False)
+            policy = self._governing(item)
+            if policy is not None and self._expired(item, policy, now) is None:
                 survivors.setdefault((item.tenant, item.space), []).append(
                     (_strength(item, policy, now), item.created_position, item.item_id,
                      policy))
-        for (tenant, space), kept in survivors.items():
-            decided.update(self._over_limit(tenant, space, kept))
-        return sorted(decided.values(), key=lambda a: (a.tenant, a.item_id))
+        return {(tenant, item_id): archive for (tenant, space), kept in survivors.items()
+                for item_id, archive in self._over_limit(tenant, space, kept).items()}
 
-    def _candidates(self) -> list[int]:
-        """The active rows outside the ecosystem layer, in (tenant, item id) order."""
+    def _candidates(self, spaces: set[tuple[str, str]] | None = None
+                    ) -> Iterator[np.int64]:
+        """The active rows outside the ecosystem layer (of ``spaces`` only, if given), in
+        (tenant, item id) order."""
         t = self.table
         keep = (t.column("status") == 0) & (t.column("layer") != t.names.find("ecosystem"))
-        rows: list[int] = []
         for tenant in sorted(t.rows):
-            mine = np.fromiter(t.rows[tenant].values(), dtype=np.int64)
+            mine = np.fromiter(t.rows[tenant].values(), dtype=np.int64,
+                               count=len(t.rows[tenant]))
             mine = mine[keep[mine]]
+            if spaces is not None:
+                codes = [t.names.find(s) for (n, s) in spaces if n == tenant]
+                mine = mine[np.isin(t.column("space")[mine], codes)]
             ids = np.array([t.ids[r] for r in mine], dtype=object)
-            rows.extend(int(r) for r in mine[np.argsort(ids, kind="stable")])
-        return rows
+            yield from mine[np.argsort(ids, kind="stable")]
 
     def _limited(self, tenant: str, space: str) -> bool:
         versions = self.policies.get((tenant, space), [])

@@ -237,10 +237,15 @@ class FormingFold:
     def _signalled(self) -> Iterator[tuple[str, str, int]]:
         """(tenant, item id, row) of the items with a signal or a prior, in that order."""
         t = self.table
-        for tenant in sorted(t.rows):
-            for item_id, row in sorted(t.rows[tenant].items()):
-                if t.col["last"][row] != 0:
-                    yield tenant, item_id, row
+        # Sorted as arrays, a tenant at a time (every item written with an importance has a
+        # prior): a tuple per item would hold about a hundred bytes each for the whole tick.
+        signalled = np.flatnonzero(t.column("last") != 0)
+        codes = t.column("tenant")[signalled]
+        for tenant, code in sorted((t.names.name(int(n)) or "", n) for n in np.unique(codes)):
+            rows = signalled[codes == code]
+            ids = np.array([t.ids[row] for row in rows], dtype=object)
+            for row in rows[np.argsort(ids, kind="stable")]:
+                yield tenant, t.ids[row], int(row)
 
     def themes(self, lifecycle: LifecycleFold) -> Iterator[tuple[str, c.RecordTheme]]:
         """What changed in the themes of the spaces whose memories changed."""

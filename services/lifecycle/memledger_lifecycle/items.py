@@ -130,14 +130,16 @@ class ItemTable:
         dims = int(self.col["dims"][row])
         return self.vectors.get(dims, int(self.col["record"][row])) if dims else None
 
-    def item(self, row: int) -> Item:
+    def item(self, row: int, *, vector: bool = True) -> Item:
+        """A snapshot of ``row``; ``vector``: read its vector from the spill too."""
         c = {name: array[row] for name, array in self.col.items()}
         return Item(
             self.text(row, "tenant") or "", self.text(row, "space") or "", self.ids[row],
             self.text(row, "kind") or "", self.text(row, "layer") or "",
             self.text(row, "session"), int(c["created"]), moment(int(c["reinforced"])),
             float(c["importance"]), float(c["confidence"]), int(c["version"]),
-            int(c["content_version"]), STATUSES[int(c["status"])], self.vector(row),
+            int(c["content_version"]), STATUSES[int(c["status"])],
+            self.vector(row) if vector else None,
             self.text(row, "subject"))
 
     def live(self) -> npt.NDArray[np.int64]:

@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 
 from memledger_lifecycle import forming_fold
 from memledger_lifecycle.fold import (
+    CHUNK,
     EVENT_TYPES,
     Archive,
     Consolidation,
@@ -59,8 +60,10 @@ class Scheduler(Handling):
 
     def __init__(self, js: JetStreamContext, subjects: Subjects, intake: IntakeClient, *,
                  interval_seconds: float, clock: Clock | None = None,
-                 opener: Opener | None = None) -> None:
+                 opener: Opener | None = None, chunk: int = CHUNK) -> None:
+        """``chunk``: archive decisions made at a time in a tick."""
         self._intake = intake
+        self.chunk = chunk
         self._interval = interval_seconds
         self._clock = clock or SystemClock()
         self._open = opener or Opener(None)
@@ -72,7 +75,7 @@ class Scheduler(Handling):
         self._consumer = Consumer(js, subjects, Subscription(
             name="lifecycle", stream=subjects.events_stream, durable=DURABLE,
             subject=subjects.all_events,
-            filter_subjects=tuple(f"{subjects.prefix}.evt.*.*.{t}" for t in dict.fromkeys(
+            filter_subjects=tuple(subjects.events_of_type(t) for t in dict.fromkeys(
                 (*EVENT_TYPES, *forming_fold.EVENT_TYPES))),
             batch=_BATCH, acks=False, start=_from_the_first, traced=False), self)
 
@@ -101,20 +104,31 @@ class Scheduler(Handling):
 
     async def tick(self) -> None:
         """Send what the fold decides now (the same command again is answered, not
-        written again)."""
+        written again). Sent as decided, ``_SEND`` a round trip: a tick holds a chunk of
+        decisions at a time (``chunk``), never every item's."""
         self.tally.ticks += 1
-        commands: dict[str, list[c.CommandBase]] = {}
-        for archive in self.fold.archives(self._clock.now()):
-            commands.setdefault(archive.tenant, []).append(_archive(archive))
+        waiting: dict[str, list[c.CommandBase]] = {}
+        for chunk in self.fold.archive_chunks(self._clock.now(), self.chunk):
+            for archive in chunk:
+                await self._queue(waiting, archive.tenant, _archive(archive))
         for found in self.fold.take_consolidations():
-            commands.setdefault(found.tenant, []).append(_consolidation(found))
+            await self._queue(waiting, found.tenant, _consolidation(found))
         # Themes and importance are what the fold holds now: decided after the archives.
-        for tenant, command in [*self.forming.themes(self.fold),
-                                *self.forming.importance(self.fold)]:
-            commands.setdefault(tenant, []).append(command)
-        for tenant, batch in commands.items():
-            for start in range(0, len(batch), _SEND):
-                await self._send(tenant, batch[start:start + _SEND])
+        for tenant, theme in self.forming.themes(self.fold):
+            await self._queue(waiting, tenant, theme)
+        for tenant, learned in self.forming.importance(self.fold):
+            await self._queue(waiting, tenant, learned)
+        for tenant, batch in waiting.items():
+            await self._send(tenant, batch)
+
+    async def _queue(self, waiting: dict[str, list[c.CommandBase]], tenant: str,
+                     command: c.CommandBase) -> None:
+        """Add ``command`` to its tenant's next round trip, sent once it is full."""
+        batch = waiting.setdefault(tenant, [])
+        batch.append(command)
+        if len(batch) >= _SEND:
+            del waiting[tenant]
+            await self._send(tenant, batch)
 
     async def _send(self, tenant: str, batch: list[c.CommandBase]) -> None:
         try:

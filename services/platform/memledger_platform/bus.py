@@ -38,12 +38,12 @@ def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:
     """The events log (kept: the read models are rebuilt from it, and replayed by consumers),
     the intake work queue (a message leaves once ingest has committed or dead-lettered it: the
     tenants' commands and memledger's services') and the dead letters (kept 30 days for an
-    operator to inspect)."""
+    operator to inspect). The events log is one stream per partition, if partitioned."""
     return [
-        StreamConfig(name=subjects.events_stream, subjects=[subjects.all_events],
-                     retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-                     duplicate_window=120.0, num_replicas=replicas, allow_direct=True,
-                     discard=DiscardPolicy.OLD),
+        *(StreamConfig(name=events.events_stream, subjects=[events.all_events],
+                       retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+                       duplicate_window=120.0, num_replicas=replicas, allow_direct=True,
+                       discard=DiscardPolicy.OLD) for events in subjects.every_partition()),
         StreamConfig(name=subjects.intake_stream,
                      subjects=[subjects.all_intake, subjects.all_service_intake],
                      retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,

@@ -46,6 +46,22 @@ class ConsumerPositions:
         """The log position every event up to which the consumer has written (0: none)."""
         return self._column("written_position", durable)
 
+    def written_through(self, durable: str, partition: int, events: str) -> int:
+        """For a consumer of one partition's events (docs/adr/0016): the log position through
+        which every event of that partition is written, i.e. up to the partition's first event
+        after ``written``, since the log's other events are not its to write and a partition
+        may have nothing after a position another partition reached. ``events``: the event
+        store's table in this schema."""
+        with self._pool.connection() as conn:
+            row = conn.execute(sql.SQL(
+                "SELECT greatest(w.p, coalesce((SELECT min(e.notification_id) - 1 FROM {s}.{e} e"
+                " WHERE e.tenant_partition = %s AND e.notification_id > w.p), "
+                "(SELECT max(notification_id) FROM {s}.{e}), 0)) FROM (SELECT coalesce(("
+                "SELECT written_position FROM {s}.memledger_consumer_positions WHERE durable = "
+                "%s), 0) AS p) w").format(s=self._s, e=sql.Identifier(events)),
+                (partition, durable)).fetchone()
+        return 0 if row is None else int(row[0])
+
     def record_written(self, durable: str, position: int) -> None:
         """Record that every event up to ``position`` is written; a lower position than the
         one recorded changes nothing (a restart derives again what it had written)."""

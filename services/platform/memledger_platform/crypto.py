@@ -197,10 +197,13 @@ def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: S
     return sealed
 
 
+_FLOATS = frozenset((float,))
+
+
 def _plain(value: Any) -> bytes:
     """What a field's value is sealed as: packed float32 values for a list of floats single
     precision holds exactly (the usual embedding), its JSON otherwise."""
-    if isinstance(value, list | tuple) and value and all(type(v) is float for v in value):
+    if isinstance(value, list | tuple) and value and _FLOATS.issuperset(map(type, value)):
         packed = array("f", value)
         if packed.tolist() == list(value):
             if sys.byteorder == "big":

@@ -35,7 +35,14 @@ async def check(settings: Settings, dsn: str, nats_url: str) -> str:
     try:
         js = nc.jetstream()
         await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-        return await bind(js, settings.subjects.events_stream, dsn, settings.postgres_schema)
+        # Partitioned (docs/adr/0016): the store is bound to its first partition's stream, and
+        # every partition's stream to the store (one partition count per deployment's data).
+        first, *others = settings.subjects.every_partition()
+        deployment = await bind(js, first.events_stream, dsn, settings.postgres_schema)
+        for partition in others:
+            await _bind_stream(js, partition.events_stream, deployment,
+                               settings.postgres_schema)
+        return deployment
     finally:
         await nc.close()
 

@@ -37,10 +37,31 @@ def service_permissions(subjects: Subjects) -> dict[str, NatsPermissions]:
             OPERATOR: _operator(subjects)}
 
 
+def _events(s: Subjects) -> tuple[str, ...]:
+    """The events streams: one, or one per partition (docs/adr/0016)."""
+    return tuple(p.events_stream for p in s.every_partition())
+
+
+def _all_events(s: Subjects) -> tuple[str, ...]:
+    return tuple(p.all_events for p in s.every_partition())
+
+
+def _get(s: Subjects) -> tuple[str, ...]:
+    """Reading an events stream's messages by sequence (where a stream stands)."""
+    return tuple(f"$JS.API.STREAM.MSG.GET.{stream}" for stream in _events(s))
+
+
 def _streams(s: Subjects) -> tuple[str, ...]:
     """Every service may look up, create and update memledger's streams (``ensure_streams``)."""
     return tuple(f"$JS.API.STREAM.{verb}.{stream}" for verb in ("INFO", "CREATE", "UPDATE")
-                 for stream in (s.events_stream, s.intake_stream, s.dead_letter_stream))
+                 for stream in (*_events(s), s.intake_stream, s.dead_letter_stream))
+
+
+def _events_consumer(s: Subjects, name: str, *verbs: str, ack: bool = True
+                     ) -> tuple[str, ...]:
+    """``_consumer`` on each events stream."""
+    return tuple(grant for stream in _events(s) for grant in _consumer(stream, name, *verbs,
+                                                                        ack=ack))
 
 
 def _consumer(stream: str, name: str, *verbs: str, ack: bool = True) -> tuple[str, ...]:
@@ -55,27 +76,26 @@ def _consumer(stream: str, name: str, *verbs: str, ack: bool = True) -> tuple[st
 
 def _not_the_projectors(s: Subjects) -> tuple[str, ...]:
     """The PostgreSQL projector's consumer is not another service's to read or remove."""
-    stream = s.events_stream
-    return (f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}",
-            f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}.>",
-            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{_PROJECTOR}")
+    return tuple(grant for stream in _events(s) for grant in (
+        f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}",
+        f"$JS.API.CONSUMER.*.{stream}.{_PROJECTOR}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{_PROJECTOR}"))
 
 
 def _ingest(s: Subjects) -> NatsPermissions:
     # Answers on the reply subject a command names: a tenant's, or a service's inbox.
     return NatsPermissions((
-        *_streams(s), f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
+        *_streams(s), *_get(s),
         *_consumer(s.intake_stream, s.intake_consumer),
         f"{s.prefix}.dlq.intake.>", f"{s.prefix}.reply.>", "_INBOX.>"))
 
 
 def _relay(s: Subjects) -> NatsPermissions:
-    return NatsPermissions((*_streams(s), f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
-                            s.all_events))
+    return NatsPermissions((*_streams(s), *_get(s), *_all_events(s)))
 
 
 def _projector(s: Subjects) -> NatsPermissions:
-    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, _PROJECTOR, "DELETE"),
+    return NatsPermissions((*_streams(s), *_events_consumer(s, _PROJECTOR, "DELETE"),
                             f"{s.prefix}.dlq.projector.>"))
 
 
@@ -89,14 +109,14 @@ def _commands(s: Subjects, service: str) -> tuple[str, ...]:
 
 def _enricher(s: Subjects) -> NatsPermissions:
     # Dead letters: what an extractor's model could not make sense of, with the reason.
-    return NatsPermissions((*_streams(s), *_consumer(s.events_stream, "*"),
+    return NatsPermissions((*_streams(s), *_events_consumer(s, "*"),
                             *_commands(s, "enricher"), f"{s.prefix}.dlq.enricher.>"),
                            publish_deny=_not_the_projectors(s))
 
 
 def _lifecycle(s: Subjects) -> NatsPermissions:
     return NatsPermissions((
-        *_streams(s), *_consumer(s.events_stream, "lifecycle", "DELETE", ack=False),
+        *_streams(s), *_events_consumer(s, "lifecycle", "DELETE", ack=False),
         *_commands(s, "lifecycle")))
 
 
@@ -104,7 +124,7 @@ def _vectors(s: Subjects) -> NatsPermissions:
     # its durable is named for the embedding model (projector-vectors-<model>): any name
     # but the PostgreSQL projector's
     return NatsPermissions((
-        *_streams(s), *_consumer(s.events_stream, "*", "DELETE"),
+        *_streams(s), *_events_consumer(s, "*", "DELETE"),
         f"{s.prefix}.dlq.vectors.>"), publish_deny=_not_the_projectors(s))
 
 
@@ -113,13 +133,12 @@ def _query(s: Subjects) -> NatsPermissions:
 
 
 def _operator(s: Subjects) -> NatsPermissions:
-    streams = (s.events_stream, s.intake_stream, s.dead_letter_stream)
+    streams = (*_events(s), s.intake_stream, s.dead_letter_stream)
     return NatsPermissions((
-        "$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{stream}" for stream in streams),
-        f"$JS.API.STREAM.MSG.GET.{s.events_stream}",
-        *(f"$JS.API.CONSUMER.LIST.{stream}" for stream in (s.events_stream, s.intake_stream))))
+        "$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{stream}" for stream in streams), *_get(s),
+        *(f"$JS.API.CONSUMER.LIST.{stream}" for stream in (*_events(s), s.intake_stream))))
 
 
 def _client(s: Subjects) -> NatsPermissions:
     return NatsPermissions((s.all_intake,), subscribe=(
-        "_INBOX.>", s.all_events, f"{s.prefix}.reply.>", s.all_dead_letters))
+        "_INBOX.>", *_all_events(s), f"{s.prefix}.reply.>", s.all_dead_letters))

@@ -98,6 +98,13 @@ class Settings(BaseSettings):
         "\"stuck\" meanwhile. Below MEMLEDGER_HTTP_REQUEST_TIMEOUT_SECONDS")
     writer_linger_ms: float = Field(default=2.0, ge=0, le=100, description="how long the "
                                     "writer waits to fill a small group")
+    event_partitions: int = Field(
+        default=1, ge=1, le=64, description="streams the events are split into by tenant, "
+        "each with its own relay, projector and vector projector checkpoint (ADR 0016); 1 is "
+        "the one stream. Fixed for a deployment's data: changing it re-maps tenants")
+    event_partition: int | None = Field(
+        default=None, ge=0, le=63, description="the one partition this relay or projector "
+        "process serves (`--partition`; unset: every partition, in one process)")
     relay_batch: int = Field(default=2_000, ge=1, le=100_000,
                              description="events the relay reads and publishes at once")
     relay_poll_seconds: float = Field(default=0.5, gt=0, le=60, description="the relay's "
@@ -210,6 +217,14 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _partition_within_partitions(self) -> "Settings":
+        if self.event_partition is not None and self.event_partition >= self.event_partitions:
+            raise ValueError(f"MEMLEDGER_EVENT_PARTITION ({self.event_partition}) must be below "
+                             f"MEMLEDGER_EVENT_PARTITIONS ({self.event_partitions}): partitions "
+                             "are numbered from 0")
+        return self
+
+    @model_validator(mode="after")
     def _distributed_needs_endpoints(self) -> "Settings":
         if self.mode == "distributed":
             missing = [name for name in ("postgres_dsn", "nats_url") if not getattr(self, name)]
@@ -260,7 +275,17 @@ class Settings(BaseSettings):
 
     @property
     def subjects(self) -> Subjects:
-        return Subjects(self.nats_prefix)
+        """The names of the first partition this process serves (of the one stream, unless
+        partitioned)."""
+        return Subjects(self.nats_prefix, self.event_partitions, self.event_partition or 0)
+
+    @property
+    def served_partitions(self) -> list[int]:
+        """The partitions a relay, projector or vectors process serves: the one named, else
+        every one."""
+        if self.event_partition is not None:
+            return [self.event_partition]
+        return list(range(self.event_partitions))
 
     @property
     def tenant_fallback(self) -> str | None:

@@ -91,5 +91,4 @@ class Batch:
 
 def tenant_of(subject: str, subjects: Subjects) -> str:
     """The tenant of an event subject (``<prefix>.evt.<tenant>.…``), else ``_invalid``."""
-    head = f"{subjects.prefix}.evt."
-    return subject[len(head):].split(".", 1)[0] if subject.startswith(head) else "_invalid"
+    return subjects.event_tenant(subject) or "_invalid"

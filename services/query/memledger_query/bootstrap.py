@@ -10,6 +10,7 @@ in PostgreSQL (``IndexProgress``).
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,7 +25,11 @@ from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding import factory as embedders
 from memledger_platform.embedding.embedder import Embedder
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.eventstore.postgres import (
+    EVENTS_TABLE,
+    PostgresEventStore,
+    datastore_from_dsn,
+)
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.limits import RequestLimits
@@ -33,7 +38,7 @@ from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import connect_index, projector_durable
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core import rerank, when
-from memledger_query.core.index_progress import IndexProgress, Progress
+from memledger_query.core.index_progress import IndexProgress, PartitionProgress, Progress
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
 from memledger_query.core.semantic import Rerank
@@ -103,17 +108,18 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     ``progress``: the vector index and how far it has got, if not the vectors service's;
     ``clock``: what "now" is for every read (default: the system's)."""
     clock = clock or SystemClock()
-    names = schema.Names(settings.postgres_schema)
+    names = schema.Names(settings.postgres_schema, settings.event_partitions)
     with psycopg.connect(dsn, autocommit=True) as conn:
         schema.prepare(conn, names)
     pool: ConnectionPool[psycopg.Connection[object]] = ConnectionPool(
         dsn, min_size=2, max_size=settings.postgres_pool_size, open=True,
         kwargs={"autocommit": True})  # connections broken by a restart: ``Reader.run``
     store = PostgresEventStore(datastore_from_dsn(dsn, schema=settings.postgres_schema,
-                                                  pool_size=2))
+                                                  pool_size=2),
+                               partitions=settings.event_partitions)
     embedder = embedder or embedders.from_settings(settings)
     index = index or connect_index(settings, embedder.model_id, embedder.dims)
-    progress = progress or _index_progress(pool, names.base, embedder.model_id)
+    progress = progress or _index_progress(pool, names, embedder.model_id)
     keyring, keyring_pool = keyring_for(settings, dsn)
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
@@ -152,10 +158,17 @@ def unconnected_app() -> FastAPI:
     return app
 
 
-def _index_progress(pool: ConnectionPool[Any], base: str, model_id: str) -> IndexProgress:
-    """The position the vector projector of ``model_id`` records as written."""
-    positions, durable = ConsumerPositions(pool, base), projector_durable(model_id)
-    return IndexProgress(lambda: positions.written(durable))
+def _index_progress(pool: ConnectionPool[Any], names: schema.Names, model_id: str
+                    ) -> Progress:
+    """The position the vector projector of ``model_id`` records as written (of the
+    request's tenant's partition, if the events are partitioned)."""
+    positions = ConsumerPositions(pool, names.base)
+    if names.partitions == 1:
+        durable = projector_durable(model_id)
+        return IndexProgress(lambda: positions.written(durable))
+    return PartitionProgress([IndexProgress(partial(
+        positions.written_through, projector_durable(model_id, i), i, EVENTS_TABLE))
+        for i in range(names.partitions)])
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,

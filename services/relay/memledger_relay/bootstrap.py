@@ -30,24 +30,44 @@ log = logging.getLogger(__name__)
 
 
 async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event) -> None:
-    """Relay until ``stop`` is set, then publish what is committed and disconnect."""
+    """Relay until ``stop`` is set, then publish what is committed and disconnect. With the
+    events partitioned, one relay per partition this process serves, each under its own
+    lease and chaining its own stream."""
     store = PostgresEventStore(datastore_from_dsn(
-        endpoints.postgres_dsn, schema=settings.postgres_schema, pool_size=2))
+        endpoints.postgres_dsn, schema=settings.postgres_schema, pool_size=2),
+        partitions=settings.event_partitions)
     await asyncio.to_thread(store.create_tables)
     nc = await bus.connect(endpoints.nats_url, "memledger-relay")
     js = nc.jetstream()
+    relays = [Relay(store, js, settings.subjects.of_partition(i), batch=settings.relay_batch,
+                    poll_seconds=settings.relay_poll_seconds)
+              for i in settings.served_partitions]
     await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-    relay = Relay(store, js, settings.subjects, batch=settings.relay_batch,
-                  poll_seconds=settings.relay_poll_seconds)
     telemetry.observe("memledger.relay.lag", "events committed but not yet published",
-                      lambda: max(0, store.max_position() - relay.cursor.position))
-    listener = asyncio.create_task(
-        listen_for_commits(endpoints.postgres_dsn, EVENTS_TABLE, lambda: relay.notify(0)))
-    lease = RelayLease(endpoints.postgres_dsn, settings.postgres_schema,
-                       settings.subjects.events_stream)
+                      lambda: max(0, store.max_position() - max(
+                          relay.cursor.position for relay in relays)))
+    def wake() -> None:
+        for relay in relays:
+            relay.notify(0)
+
+    listener = asyncio.create_task(listen_for_commits(endpoints.postgres_dsn, EVENTS_TABLE, wake))
+    try:
+        await asyncio.gather(*(_lead(relay, endpoints, settings, stop) for relay in relays))
+    finally:
+        listener.cancel()
+        await nc.flush()
+        await nc.close()
+        await asyncio.to_thread(store.close)
+
+
+async def _lead(relay: Relay, endpoints: Endpoints, settings: Settings,
+                stop: asyncio.Event) -> None:
+    """Publish one stream while this process holds its lease."""
+    stream = relay.subjects.events_stream
+    lease = RelayLease(endpoints.postgres_dsn, settings.postgres_schema, stream)
     try:
         while await lease.acquire(stop):
-            log.info("relay publishing %s to %s", EVENTS_TABLE, settings.subjects.events_stream)
+            log.info("relay publishing %s to %s", EVENTS_TABLE, stream)
             relay.cursor = Cursor()  # where the stream stands, read again after any standby
             await relay.run(await _while_held(lease, stop))
             if stop.is_set():
@@ -55,13 +75,9 @@ async def serve(settings: Settings, endpoints: Endpoints, stop: asyncio.Event) -
                     await asyncio.wait_for(_drain(relay), 10.0)
                 break
             log.warning("relay lost its lease on %s (its PostgreSQL session ended); "
-                        "taking it again", settings.subjects.events_stream)
+                        "taking it again", stream)
     finally:
         await lease.release()
-        listener.cancel()
-        await nc.flush()
-        await nc.close()
-        await asyncio.to_thread(store.close)
 
 
 async def run(settings: Settings) -> None:

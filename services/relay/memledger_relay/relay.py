@@ -42,6 +42,8 @@ ACK_TIMEOUT_SECONDS = 30.0
 class Relay:
     def __init__(self, store: EventStore, js: JetStreamContext, subjects: Subjects, *,
                  batch: int = 2_000, poll_seconds: float = 0.5) -> None:
+        """``subjects``: the names of the stream to publish, one partition's when partitioned
+        (the relay then reads only that partition's events from the store)."""
         self._store = store
         self._js = js
         self._nc: Client = js._nc
@@ -52,6 +54,11 @@ class Relay:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.cursor = Cursor()
+
+    @property
+    def subjects(self) -> Subjects:
+        """The names of the stream this relay publishes."""
+        return self._subjects
 
     def notify(self, position: int) -> None:
         """Called from any thread (the listener of the store's NOTIFY) after a commit: there
@@ -88,11 +95,16 @@ class Relay:
 
     async def relay_once(self) -> int:
         """Publish the next batch of committed events; return how many."""
-        events = await asyncio.to_thread(self._store.read_all, self.cursor.position, self._batch)
+        events = await asyncio.to_thread(self._read, self.cursor.position)
         if not events:
             return 0
         await self._publish(events)
         return len(events)
+
+    def _read(self, after: int) -> list[RecordedEvent]:
+        if self._subjects.partitioned:
+            return self._store.read_partition(self._subjects.partition, after, self._batch)
+        return self._store.read_all(after, self._batch)
 
     async def _publish(self, events: Sequence[RecordedEvent]) -> None:
         if self._publisher is None:

@@ -43,7 +43,9 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     """Project into the index until ``stop`` is set, whenever this service holds the lease on
     it (the index is opened only then: a standby leaves it to the holder)."""
     model = model_of(settings)
-    lease = Lease(dsn, "vectors", f"{settings.postgres_schema} {settings.subjects.events_stream} "
+    # one lease per index, whatever the partitions (named by the first one's stream)
+    events_stream = settings.subjects.of_partition(0).events_stream
+    lease = Lease(dsn, "vectors", f"{settings.postgres_schema} {events_stream} "
                   f"{projector_durable(model.model_id)}")
     await while_leased(lease, stop, lambda turn_over: _serve(settings, dsn, nats_url,
                                                              turn_over))
@@ -60,16 +62,23 @@ async def _serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Even
         positions = await asyncio.to_thread(ConsumerPositions, pool, settings.postgres_schema)
         keyring, keyring_pool = await asyncio.to_thread(keyring_for, settings, dsn)
         index = await asyncio.to_thread(open_index, settings, model.model_id, model.dims)
-        projector = VectorProjector(
-            settings.subjects, index, model.model_id, batch=settings.vector_batch,
-            durable=projector_durable(model.model_id), opener=Opener(keyring),
-            on_erased=_receipts(pool, settings.postgres_schema), positions=positions)
+        # one consumer and recorded position per partition, into the one index (its single
+        # writer, so every partition, whatever MEMLEDGER_EVENT_PARTITION says)
+        streams = settings.subjects.every_partition()
+        projectors = [VectorProjector(
+            subjects, index, model.model_id, batch=settings.vector_batch,
+            durable=projector_durable(model.model_id, subjects.partition
+                                      if subjects.partitioned else None),
+            opener=Opener(keyring), on_erased=_receipts(pool, settings.postgres_schema),
+            positions=positions) for subjects in streams]
         nc = await bus.connect(nats_url, "memledger-vectors")
         js = nc.jetstream()
         await bus.ensure_streams(js, settings.subjects, settings.nats_stream_replicas)
-        log.info("projecting %s into the vector index of %s", settings.subjects.events_stream,
-                 model.model_id)
-        await asyncio.gather(projector.run(js, stop), _keep_serving(index, stop))
+        for subjects in streams:
+            log.info("projecting %s into the vector index of %s", subjects.events_stream,
+                     model.model_id)
+        await asyncio.gather(*(projector.run(js, stop) for projector in projectors),
+                             _keep_serving(index, stop))
     finally:
         if nc is not None:
             await nc.close()

@@ -26,9 +26,10 @@ ranks them (``search_recall_at_10``), against the exact top 10 by brute force (e
 inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (40 hits with
 their payload, without vectors: collapse looks up the few it needs) on the raw index;
 ``search_raw`` times the other parts of a search too. ``search_server_cpu_ms`` is the CPU of
-every server process per search, steadier than wall time on a shared machine. The default 100k
-run takes several minutes (loading, then an HNSW build in the server and another in the raw
-index).
+every server process per search, steadier than wall time on a shared machine, and
+``load_server_cpu_ms_per_item`` theirs per item from the load's start until it is indexed.
+The default 100k run takes several minutes (loading, then an HNSW build in the server and
+another in the raw index).
 """
 
 import argparse
@@ -50,6 +51,7 @@ from memledger_cli.bench.settle import (
     server_cpu_seconds,
     wait_indexed,
     wait_quiet,
+    wait_searchable,
 )
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 
@@ -91,7 +93,7 @@ class Corpus:
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
-    with Steps(total=7) as steps:
+    with Steps(total=8) as steps:
         steps.step("embedding base sentences and queries with the local model")
         data = Corpus(args)
         exact = corpus.exact_top_k(data.vectors.astype(np.float32),
@@ -113,12 +115,19 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
                          args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
     await post(http, "/v1/spaces", {"space_id": SPACE})
     steps.step(f"importing {args.items} items with their vectors (/v1/batch, import_memory)")
-    started = time.monotonic()
+    started, cpu_before = time.monotonic(), server_cpu_seconds()
     last, timeouts = await _load(http, data, args.clients)
     load_s = time.monotonic() - started
-    steps.step("waiting for the vector index, then for the server to go quiet")
+    steps.step(f"loaded in {load_s:.0f} s ({args.items / load_s:.0f} items/s); waiting for "
+               "the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
+    load_cpu = _per_query_ms(cpu_before, server_cpu_seconds(), args.items)
+    steps.step(f"indexed {indexed_s:.0f} s after the load "
+               f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     quiet_s = await wait_quiet()
+    # The index builds its HNSW graph once the projector is idle, answering no search
+    # meanwhile: quiet before that build began is not quiet yet.
+    quiet_s += await wait_searchable(http) + await wait_quiet()
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
     cpu = server_cpu_seconds()
     latencies = [await _timed_search(http, q) for q in data.queries]
@@ -132,14 +141,15 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
             "search_recall_at_10": round(corpus.recall(found, exact), 4),
             "load_s": round(load_s, 1), "load_items_per_s": round(args.items / load_s, 1),
             "indexed_items_per_s": round(args.items / (load_s + indexed_s), 1),
+            "load_server_cpu_ms_per_item": load_cpu,
             "load_batches_timed_out": timeouts,
             "indexed_s_after_load": round(indexed_s, 1),
             "settled_s_after_indexed": round(quiet_s, 1)}
 
 
 def _per_query_ms(before: float | None, after: float | None, count: int) -> float | None:
-    """CPU of the whole server (all its processes) per search: steadier than wall time when
-    other work shares the machine."""
+    """CPU of the whole server (all its processes) per search, or per item loaded: steadier
+    than wall time when other work shares the machine."""
     if before is None or after is None:
         return None
     return round((after - before) * 1000 / count, 2)
@@ -147,7 +157,7 @@ def _per_query_ms(before: float | None, after: float | None, count: int) -> floa
 
 async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tuple[int, int]:
     """Import every item in batches of 500; (the last position, how many batches timed out
-    and were sent again: every command has an idempotency key)."""
+    or were given up on, and were sent again: every command has an idempotency key)."""
     starts = iter(range(0, len(data.ids), 500))
     last = timeouts = 0
 
@@ -164,11 +174,16 @@ async def _load(http: aiohttp.ClientSession, data: Corpus, clients: int) -> tupl
 
 
 async def _batch(http: aiohttp.ClientSession, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The batch's answer, or ``None`` when the server answered 504 (no answer in time)."""
+    """The batch's answer, or ``None`` when the server answered 504 (no answer in time) or
+    503 (its commit was given up on, e.g. on a machine other work overloads): sent again after
+    a second, with the same idempotency keys."""
     try:
         return await post(http, "/v1/batch", body)
     except RuntimeError as error:
         if "-> 504" in str(error):
+            return None
+        if "-> 503" in str(error):
+            await asyncio.sleep(1.0)
             return None
         raise
 

@@ -113,6 +113,20 @@ async def wait_indexed(http: aiohttp.ClientSession, position: int, limit: float 
     raise RuntimeError(f"the vector index did not reach position {position} in {limit:.0f}s")
 
 
+async def wait_searchable(http: aiohttp.ClientSession, limit: float = 900.0) -> float:
+    """Seconds until a search is answered (the server answers 504 to one it could not answer
+    in time, e.g. while the index builds its graph)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        async with http.post("/v1/search", json={"query": "searchable?", "k": 1}) as response:
+            await response.read()
+            if response.status == 200:
+                return time.monotonic() - start
+            if response.status not in (503, 504):
+                raise RuntimeError(f"search -> {response.status}")
+    raise RuntimeError(f"no search was answered in {limit:.0f}s")
+
+
 async def settled(http: aiohttp.ClientSession) -> None:
     """Once the vector index holds everything written so far and the server went quiet."""
     async with http.get("/health") as health:

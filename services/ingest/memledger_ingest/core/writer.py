@@ -135,6 +135,7 @@ class GroupCommitWriter:
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._live_sources: set[str] = set()
+        self._absent: set[UUID] = set()
         self._clock = clock or SystemClock()
         self._linger = tuning.linger_seconds
         self._linger_below = tuning.linger_below
@@ -349,7 +350,12 @@ class GroupCommitWriter:
                     fresh.add(target_of(cmd, ctx).stream_id(unit.tenant))
         states = {sid: cached for sid in wanted - fresh
                   if (cached := self._cache.get(sid)) is not None}
-        return states | self._read_states([sid for sid in wanted if sid not in states])
+        unread = [sid for sid in wanted if sid not in states]
+        found = self._read_states(unread)
+        # Looked up and not there: a decision that asks again (an import's new item) is not
+        # sent to the store once per command.
+        self._absent = set(unread) - found.keys()
+        return states | found
 
     def _read_states(self, sids: list[UUID]) -> dict[UUID, StreamState]:
         loaded = {sid: fold_state(events)
@@ -389,7 +395,8 @@ class GroupCommitWriter:
 
         def lookup(ref: StreamRef) -> StreamState | None:
             sid = ref.stream_id(ctx.tenant)
-            if sid not in overlay and ref.kind == "item" and ref.key != ctx.fresh_key:
+            if (sid not in overlay and ref.kind == "item" and ref.key != ctx.fresh_key
+                    and sid not in self._absent):
                 # An item found only through another stream's state (a slot's holder): read
                 # now, since it could not be named before the decision began.
                 overlay.update(self._read_states([sid]))

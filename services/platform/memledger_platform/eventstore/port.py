@@ -131,6 +131,11 @@ class EventStore(ABC):
     def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
         """Up to ``limit`` events with position > ``after``, in position order."""
 
+    def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
+        """Like ``read_all``, of one partition's events only (docs/adr/0016): an adapter that
+        records each event's partition at commit answers it."""
+        raise NotImplementedError(f"{type(self).__name__} does not record partitions")
+
     @abstractmethod
     def max_position(self) -> int:
         """The highest committed position, 0 for an empty store."""

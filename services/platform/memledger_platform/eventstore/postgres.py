@@ -44,6 +44,7 @@ from memledger_platform.eventstore.port import (
 from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_platform.pg_locks import creating, exclusively
 from memledger_schemas.envelope import EventEnvelope
+from memledger_schemas.subjects import partition_of
 
 EVENTS_TABLE = "memledger_events"
 _COLUMNS = "originator_id, originator_version, topic, state, notification_id, recorded_at"
@@ -54,17 +55,27 @@ class _Recorder(PostgresApplicationRecorder):
     statements and the notify channel it builds (attributes, not a documented API); it never
     calls the library's insert or overrides its private hooks."""
 
-    def __init__(self, datastore: PostgresDatastore, table: str) -> None:
+    def __init__(self, datastore: PostgresDatastore, table: str, partitions: int = 1) -> None:
         super().__init__(datastore, events_table_name=table)
+        self.partitions = partitions
         ids = {"schema": Identifier(datastore.schema), "table": Identifier(table),
                "keys": Identifier(f"{table}_idempotency"),
                "type": Identifier(self.stored_event_type_name),
-               "index": Identifier(f"{table}_recorded_at_idx")}
+               "index": Identifier(f"{table}_recorded_at_idx"),
+               "by_partition": Identifier(f"{table}_partition_idx")}
         self.sql_create_statements.extend([
             SQL("ALTER TABLE {schema}.{table} ADD COLUMN IF NOT EXISTS recorded_at timestamptz "
                 "NOT NULL DEFAULT clock_timestamp()").format(**ids),
             SQL("CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (recorded_at)"
                 ).format(**ids),
+            # The event's partition (ADR 0016), set at commit so every relay agrees on it.
+            # Adding a column with a constant default rewrites nothing; its index is built
+            # only once partitioned, so one partition's writes cost what they did.
+            SQL("ALTER TABLE {schema}.{table} ADD COLUMN IF NOT EXISTS tenant_partition "
+                "smallint NOT NULL DEFAULT 0").format(**ids),
+            *([SQL("CREATE INDEX IF NOT EXISTS {by_partition} ON {schema}.{table} "
+                   "(tenant_partition, notification_id)").format(**ids)]
+              if partitions > 1 else []),
             SQL("CREATE TABLE IF NOT EXISTS {schema}.{keys} (tenant_id text NOT NULL, "
                 "key text NOT NULL, request_hash text NOT NULL, stream_id uuid NOT NULL, "
                 "first_version bigint NOT NULL, last_version bigint NOT NULL, "
@@ -80,6 +91,12 @@ class _Recorder(PostgresApplicationRecorder):
             "(SELECT max(recorded_at) FROM {schema}.{table})) FROM unnest(%b::uuid[], "
             "%b::int8[], %b::text[], %b::bytea[]) AS e RETURNING notification_id, recorded_at"
         ).format(**ids)
+        self.insert_partitioned_statement = SQL(
+            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state, "
+            "tenant_partition, recorded_at) SELECT e.*, greatest(clock_timestamp(), "
+            "(SELECT max(recorded_at) FROM {schema}.{table})) FROM unnest(%b::uuid[], "
+            "%b::int8[], %b::text[], %b::bytea[], %b::int2[]) AS e "
+            "RETURNING notification_id, recorded_at").format(**ids)
         self.insert_keys_statement = SQL(
             "INSERT INTO {schema}.{keys} SELECT * FROM unnest(%s::text[], %s::text[], "
             "%s::text[], %s::uuid[], %s::bigint[], %s::bigint[], %s::jsonb[])").format(**ids)
@@ -96,16 +113,22 @@ class _Recorder(PostgresApplicationRecorder):
         flushes all of it first (docs/adr/0003). The keys go first, before the lock, as the
         library orders them: a writer waiting for another's key under the table lock would
         deadlock with it."""
-        columns = ([e.originator_id for e in stored_events],
-                   [e.originator_version for e in stored_events],
-                   [e.topic for e in stored_events], [e.state for e in stored_events])
+        columns: tuple[list[Any], ...] = (
+            [e.originator_id for e in stored_events],
+            [e.originator_version for e in stored_events],
+            [e.topic for e in stored_events], [e.state for e in stored_events])
+        insert = self.insert_events_statement
+        if self.partitions > 1:
+            insert = self.insert_partitioned_statement
+            columns = (*columns, [partition_of(orjson.loads(e.state)["tenant_id"],
+                                               self.partitions) for e in stored_events])
         with conn.pipeline(), conn.transaction(), conn.cursor() as curs:
             if keys:
                 curs.execute(self.insert_keys_statement, _key_columns(keys))
             for statement in self.lock_table_statements:
                 curs.execute(statement, prepare=True)
             curs.execute(self.notify_statement)
-            curs.execute(self.insert_events_statement, columns)
+            curs.execute(insert, columns)
             return [Committed(row["notification_id"], row["recorded_at"])
                     for row in curs.fetchall()]
 
@@ -132,9 +155,12 @@ def datastore_from_dsn(dsn: str, *, schema: str = "", pool_size: int = 4) -> Pos
 class PostgresEventStore(EventStore):
     """The system of record. Thread-safe: the pool hands each call its own connection."""
 
-    def __init__(self, datastore: PostgresDatastore, table: str = EVENTS_TABLE) -> None:
+    def __init__(self, datastore: PostgresDatastore, table: str = EVENTS_TABLE, *,
+                 partitions: int = 1) -> None:
+        """``partitions``: how many the events are split into by tenant (each event's is
+        recorded with it at commit: ``MEMLEDGER_EVENT_PARTITIONS``)."""
         self._datastore = datastore
-        self._recorder = _Recorder(datastore, table)
+        self._recorder = _Recorder(datastore, table, partitions)
         self._table_name = table
         self._table = Identifier(datastore.schema), Identifier(table)
         self._keys_table = Identifier(datastore.schema), Identifier(f"{table}_idempotency")
@@ -201,6 +227,13 @@ class PostgresEventStore(EventStore):
         query = SQL("SELECT {cols} FROM {0}.{1} WHERE notification_id > %s "
                     "ORDER BY notification_id LIMIT %s").format(*self._table, cols=SQL(_COLUMNS))
         return list(self._select(query, (after, limit)))
+
+    def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
+        """Like ``read_all``, of one partition's events only (what its relay publishes)."""
+        query = SQL("SELECT {cols} FROM {0}.{1} WHERE tenant_partition = %s AND "
+                    "notification_id > %s ORDER BY notification_id LIMIT %s").format(
+            *self._table, cols=SQL(_COLUMNS))
+        return list(self._select(query, (partition, after, limit)))
 
     def read_share(self, after: int, until: int, limit: int, share: StreamShare
                    ) -> list[Record]:

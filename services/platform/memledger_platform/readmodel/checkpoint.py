@@ -16,10 +16,16 @@ class Checkpoint:
     recorded_at: datetime | None
 
 
-def read_checkpoint(conn: Connection[Any], schema_name: str, *, lock: bool = False
-                    ) -> Checkpoint:
-    query = "SELECT position, stream_seq, recorded_at FROM {}.checkpoint"
-    row = conn.execute(sql.SQL(query + (" FOR UPDATE" if lock else "")).format(
-        sql.Identifier(schema_name))).fetchone()
-    assert row is not None
+def read_checkpoint(conn: Connection[Any], schema_name: str, *, lock: bool = False,
+                    partition: int | None = None) -> Checkpoint:
+    """The checkpoint of ``partition``'s events; ``None``: the one the read models have
+    reached in every partition (the lowest; with one partition, its only row)."""
+    which = sql.SQL(" ORDER BY position LIMIT 1" if partition is None
+                    else " WHERE tenant_partition = %s")
+    query = sql.SQL("SELECT position, stream_seq, recorded_at FROM {}.checkpoint").format(
+        sql.Identifier(schema_name)) + which + sql.SQL(" FOR UPDATE" if lock else "")
+    row = conn.execute(query, () if partition is None else (partition,)).fetchone()
+    if row is None:
+        raise LookupError(f"no checkpoint for partition {partition} in {schema_name}: start "
+                          "the projector with the same MEMLEDGER_EVENT_PARTITIONS")
     return Checkpoint(row[0], row[1], row[2])

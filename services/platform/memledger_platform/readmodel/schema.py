@@ -150,12 +150,26 @@ END $$;
 """
 
 
+_PARTITIONS = """
+ALTER TABLE {s}.checkpoint ADD COLUMN IF NOT EXISTS tenant_partition int NOT NULL DEFAULT 0;
+ALTER TABLE {s}.checkpoint DROP CONSTRAINT IF EXISTS checkpoint_id_check;
+CREATE UNIQUE INDEX IF NOT EXISTS checkpoint_by_partition ON {s}.checkpoint (tenant_partition);
+INSERT INTO {s}.checkpoint (id, tenant_partition, position)
+    SELECT p + 1, p, 0 FROM generate_series(1, {last}) AS p ON CONFLICT DO NOTHING;
+"""
+"""One checkpoint row per partition of the events (docs/adr/0016): the table had one row
+(``id`` 1) before partitions, which stays partition 0's; partition ``p``'s row has ``id``
+``p + 1``."""
+
+
 @dataclass(frozen=True)
 class Names:
     """Where the read models live: the pointer table in ``base`` (the configured schema), the
-    projection versions in schemas named after it."""
+    projection versions in schemas named after it. ``partitions``: how many the events are
+    split into (a checkpoint each)."""
 
     base: str = "public"
+    partitions: int = 1
 
     @property
     def pointer(self) -> sql.Composed:
@@ -173,6 +187,8 @@ def create(conn: Connection[Any], names: Names, version: int, *, indexes: bool =
     name = names.schema(version)
     conn.execute(sql.SQL(_TABLES).format(s=sql.Identifier(name)))
     conn.execute(sql.SQL(_ADDED_COLUMNS).format(s=sql.Identifier(name), name=sql.Literal(name)))
+    conn.execute(sql.SQL(_PARTITIONS).format(s=sql.Identifier(name),
+                                             last=sql.Literal(names.partitions - 1)))
     if indexes:
         add_indexes(conn, name)
     return name

@@ -30,9 +30,11 @@ def index_slug(model_id: str) -> str:
     return f"{model_slug(model_id)}-{sparse.ENCODING}"
 
 
-def projector_durable(model_id: str) -> str:
-    """The name under which the index of ``model_id`` is fed and its progress recorded."""
-    return f"{VECTORS_DURABLE}-{index_slug(model_id)}"
+def projector_durable(model_id: str, partition: int | None = None) -> str:
+    """The name under which the index of ``model_id`` is fed and its progress recorded (from
+    ``partition``'s events stream, if the events are partitioned)."""
+    name = f"{VECTORS_DURABLE}-{index_slug(model_id)}"
+    return name if partition is None else f"{name}-p{partition}"
 
 
 def index_path(settings: Settings, model_id: str) -> Path:

@@ -44,12 +44,13 @@ def tune(conn: Connection[Any]) -> Connection[Any]:
 
 
 def apply_batch(conn: Connection[Any], names: schema.Names, events: Sequence[Event],
-                stream_seq: int | None = None) -> Checkpoint:
+                stream_seq: int | None = None, partition: int | None = None) -> Checkpoint:
     """Apply ``events`` (in position order) to the live projection in one transaction; return
-    the new checkpoint. ``stream_seq``: the JetStream sequence of the last event, if any."""
+    the new checkpoint. ``stream_seq``: the JetStream sequence of the last event, if any;
+    ``partition``: the events are that partition's, checkpointed on its row."""
     with conn.transaction():
         version = schema.live_version(conn, names, lock="FOR SHARE")
-        return apply_to(conn, names.schema(version), events, stream_seq)
+        return apply_to(conn, names.schema(version), events, stream_seq, partition)
 
 
 def write_fold(conn: Connection[Any], schema_name: str, projection: Projection) -> Checkpoint:
@@ -81,9 +82,10 @@ def write_checkpoint(conn: Connection[Any], schema_name: str, position: int,
 
 
 def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
-             stream_seq: int | None = None) -> Checkpoint:
-    """Apply ``events`` to the projection in ``schema_name`` (inside the caller's transaction)."""
-    before = read_checkpoint(conn, schema_name, lock=True)
+             stream_seq: int | None = None, partition: int | None = None) -> Checkpoint:
+    """Apply ``events`` to the projection in ``schema_name`` (inside the caller's transaction):
+    one partition's (its checkpoint row moves), or (``None``) the whole log's (every row)."""
+    before = read_checkpoint(conn, schema_name, lock=True, partition=partition)
     fresh = [e for e in events if e.position > before.position]
     if not fresh:
         return before
@@ -92,9 +94,16 @@ def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
         projection.apply(event)
     _flush(conn, schema_name, projection)
     after = Checkpoint(fresh[-1].position, stream_seq or before.stream_seq, fresh[-1].recorded_at)
-    conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = %s, "
-                         "recorded_at = %s").format(sql.Identifier(schema_name)),
-                 (after.position, after.stream_seq, after.recorded_at))
+    if partition is None:
+        # the whole log's events: every partition's row, each keeping its stream's sequence
+        conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = "
+                             "coalesce(%s, stream_seq), recorded_at = %s").format(
+            sql.Identifier(schema_name)), (after.position, stream_seq, after.recorded_at))
+    else:
+        conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = %s, "
+                             "recorded_at = %s WHERE tenant_partition = %s").format(
+            sql.Identifier(schema_name)),
+            (after.position, after.stream_seq, after.recorded_at, partition))
     return after
 
 

@@ -49,7 +49,8 @@ class Projector:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], js: JetStreamContext,
                  subjects: Subjects, names: Names, *, batch: int = 500,
                  opener: Opener | None = None) -> None:
-        self._models = ReadModels(connect, names, opener or Opener(None))
+        self._models = ReadModels(connect, names, opener or Opener(None),
+                                  subjects.partition if subjects.partitioned else None)
         self._consumer = Consumer(js, subjects, Subscription(
             name="projector", stream=subjects.events_stream, durable=DURABLE,
             subject=subjects.all_events, batch=batch, ack_wait=ACK_WAIT_SECONDS,
@@ -77,9 +78,11 @@ class ReadModels(Handling):
     """Applies batches of events to the live read models (the consumer's handler)."""
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], names: Names,
-                 opener: Opener) -> None:
+                 opener: Opener, partition: int | None = None) -> None:
+        """``partition``: the events are that partition's, with a checkpoint of their own."""
         self._connect = connect
         self._names = names
+        self._partition = partition
         self._open = opener
         self._conn: psycopg.Connection[Any] | None = None
         self.position = 0
@@ -114,7 +117,8 @@ class ReadModels(Handling):
 
     def _read_checkpoint(self) -> Checkpoint:
         conn = self._connection()
-        return read_checkpoint(conn, self._names.schema(live_version(conn, self._names)))
+        return read_checkpoint(conn, self._names.schema(live_version(conn, self._names)),
+                               partition=self._partition)
 
     async def _scrub(self, msg: Msg) -> None:
         # Before the erasure event itself is applied (and checkpointed): a crash in between
@@ -181,4 +185,5 @@ class ReadModels(Handling):
                 await batch.ack([msg])
 
     def _apply_now(self, events: list[Event], last_seq: int) -> Checkpoint:
-        return store.apply_batch(self._connection(), self._names, events, last_seq)
+        return store.apply_batch(self._connection(), self._names, events, last_seq,
+                                 self._partition)

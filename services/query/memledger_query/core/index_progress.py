@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from memledger_platform.partitions import read_partition
+
 REFRESH_SECONDS = 0.05
 """How old the position a search names may be (it is read again after that)."""
 POLL_SECONDS = 0.005
@@ -64,3 +66,29 @@ class IndexProgress:
         self._known = max(self._known, await asyncio.to_thread(self._read))
         self._read_at = started
         return self._known
+
+
+class PartitionProgress:
+    """``Progress`` of an index fed from partitioned events (docs/adr/0016): one vector
+    projector per partition records how far it has written, and a request names (and waits on)
+    its tenant's partition's. Without a tenant: the least of them, never ahead of any."""
+
+    def __init__(self, partitions: list[IndexProgress]) -> None:
+        self._partitions = partitions
+
+    def _mine(self) -> IndexProgress | None:
+        partition = read_partition(len(self._partitions))
+        return None if partition is None else self._partitions[partition]
+
+    async def reached(self) -> int:
+        mine = self._mine()
+        if mine is not None:
+            return await mine.reached()
+        return min([await progress.reached() for progress in self._partitions])
+
+    async def wait_for(self, position: int, seconds: float) -> bool:
+        mine = self._mine()
+        if mine is not None:
+            return await mine.wait_for(position, seconds)
+        waits = [progress.wait_for(position, seconds) for progress in self._partitions]
+        return all(await asyncio.gather(*waits))

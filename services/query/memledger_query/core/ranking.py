@@ -17,6 +17,8 @@ retrieval benchmark, orders the results:
                       * (1 + time_weight * nearness)
                       * (1 + session_weight * session_keyword)
 
+``cosine`` is the candidate's own: one found by its words alone is given its cosine with the
+query (``complete_dense``), not 0, when the query was embedded.
 ``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
 said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
 none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
@@ -39,7 +41,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -219,6 +221,21 @@ def rank(candidates: Sequence[Candidate], recipe: Recipe, now: float,
                   key=lambda r: (-r.score, r.candidate.item_id))
 
 
+def rescore(ranked: Sequence[Ranked], changed: Mapping[str, Candidate], recipe: Recipe,
+            now: float, signals: Mapping[str, Signals] | None = None,
+            periods: tuple[when.Period, ...] = ()) -> list[Ranked]:
+    """``ranked`` (``rank``'s answer) with the candidates ``changed`` (by item id) scored
+    again, best first, each with its session's keyword match as before (it depends on the
+    candidates' keywords alone): only what changed is scored again."""
+    known = signals or {}
+    again = [r if r.candidate.item_id not in changed else score(
+                 changed[r.candidate.item_id], recipe, now,
+                 known.get(r.candidate.item_id, NO_SIGNALS), periods,
+                 r.factors.session_keyword if r.factors is not None else 0.0)
+             for r in ranked]
+    return sorted(again, key=lambda r: (-r.score, r.candidate.item_id))
+
+
 def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNALS,
           periods: tuple[when.Period, ...] = (), session_keyword: float = 0.0) -> Ranked:
     """``c`` scored; ``session_keyword``: the best keyword match of its session, if a
@@ -258,6 +275,17 @@ def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[st
         if session is not None and c.keyword:
             best[session] = max(best.get(session, 0.0), _keyword(c.keyword, recipe))
     return best
+
+
+def complete_dense(candidates: Sequence[Candidate], cosines: Mapping[str, float]
+                   ) -> list[Candidate]:
+    """``candidates`` with the cosine to the query (``cosines``, by item id) of those found by
+    their words alone (``dense`` None); one without a cosine (not yet embedded) stays as it
+    is. Dense search returns only its best few, so a candidate that names the query's words
+    but was not among them would otherwise rank as if unrelated in meaning (cosine 0), below
+    every hit dense search did return."""
+    return [replace(c, dense=cosines[c.item_id])
+            if c.dense is None and c.item_id in cosines else c for c in candidates]
 
 
 def _keyword(raw: float, recipe: Recipe) -> float:

@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from memledger_platform import partitions
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.readmodel import schema
@@ -38,8 +39,9 @@ class Reader:
         self._pool = pool
         self._names = names
         self._schema: tuple[float, str] | None = None
-        self._known = 0
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._known: dict[int | None, int] = {}
+        """the checkpoint last read, per partition (``None``: the lowest of all)"""
+        self._waiters: list[tuple[int | None, int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
@@ -62,7 +64,7 @@ class Reader:
         return self._run(fn, *args)
 
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._pool.connection() as conn:
+        with self._pool.connection() as conn, partitions.checkpoint_of(self.partition()):
             try:
                 s = self._live(conn)
                 self._refresh_lag(conn, s)
@@ -81,7 +83,8 @@ class Reader:
         now = time.monotonic()
         if now - self._lag[0] < _LAG_SECONDS:
             return
-        projected = read_checkpoint(conn, s).position
+        projected = (read_checkpoint(conn, s).position if self._names.partitions == 1
+                     else self._through(conn, s, None))
         committed = self._committed(conn, s)
         self._lag = (now, projected, max(0, committed - projected))
 
@@ -92,8 +95,30 @@ class Reader:
         self._head = max(self._head, committed)
         return committed
 
-    def position(self) -> int:
-        return self.run(lambda conn, s: read_checkpoint(conn, s).position)
+    def partition(self) -> int | None:
+        """The partition the current request reads (its tenant's), if the events are
+        partitioned: its checkpoint is the read's basis and what ``wait_for`` waits on."""
+        return partitions.read_partition(self._names.partitions)
+
+    def position(self, partition: int | None = None) -> int:
+        """The position the read models have projected through: the checkpoint; with the
+        events partitioned (ADR 0016), ``partition``'s (``None``: every partition's) as far
+        as the log goes before its first event not projected yet, since a tenant's partition
+        may have nothing after a position another partition reached."""
+        if self._names.partitions == 1:
+            return self.run(lambda conn, s: read_checkpoint(conn, s).position)
+        return self.run(self._through, partition)
+
+    def _through(self, conn: Any, s: str, partition: int | None) -> int:
+        # The log's positions are gapless-safe: every event up to its highest is committed.
+        row = conn.execute(sql.SQL(
+            "SELECT min(greatest(c.position, coalesce((SELECT min(e.notification_id) - 1 "
+            "FROM {events} e WHERE e.tenant_partition = c.tenant_partition AND "
+            "e.notification_id > c.position), (SELECT max(notification_id) FROM {events}), 0)))"
+            " FROM {s}.checkpoint c WHERE %s::int IS NULL OR c.tenant_partition = %s").format(
+            events=sql.Identifier(self._names.base, EVENTS_TABLE), s=sql.Identifier(s)),
+            (partition, partition)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
 
     async def beyond_head(self, position: int) -> int | None:
         """``None`` if the event store has committed ``position``, else the last position it
@@ -108,10 +133,11 @@ class Reader:
         """Return once the projection has reached ``position``; ``NotYetVisible`` after
         ``wait_ms``. One watcher polls the checkpoint for all waiters (every 2 ms while any
         wait), so waiting costs the database nothing per request."""
-        if position is None or position <= self._known:
+        partition = self.partition()
+        if position is None or position <= self._known.get(partition, 0):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((position, future))
+        self._waiters.append((partition, position, future))
         self._start_watching()
         try:
             await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
@@ -119,7 +145,7 @@ class Reader:
             # Done, so the watcher drops it: a waiter left behind kept it polling every 2 ms
             # for good (found by fuzzing: a min_position never reached).
             future.cancel()
-            raise NotYetVisible(position, self._known) from None
+            raise NotYetVisible(position, self._known.get(partition, 0)) from None
 
     def _start_watching(self) -> None:
         if self._wake is None:
@@ -133,20 +159,21 @@ class Reader:
             await wake.wait()
             wake.clear()
             while self._waiters:
-                self._known = await asyncio.to_thread(self.position)
+                for partition in {waiter[0] for waiter in self._waiters}:
+                    self._known[partition] = await asyncio.to_thread(self.position, partition)
                 self._release()
                 if self._waiters:
                     await asyncio.sleep(_WATCH_SECONDS)
 
     def _release(self) -> None:
         pending = []
-        for wanted, future in self._waiters:
+        for partition, wanted, future in self._waiters:
             if future.done():
                 continue
-            if wanted <= self._known:
+            if wanted <= self._known[partition]:
                 future.set_result(None)
             else:
-                pending.append((wanted, future))
+                pending.append((partition, wanted, future))
         self._waiters = pending
 
     def health(self, store: EventStore) -> dict[str, Any]:

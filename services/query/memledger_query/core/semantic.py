@@ -11,13 +11,16 @@ from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
 from memledger_query.core import when
 from memledger_query.core.ranking import (
+    SPARE_VECTORS,
     Candidate,
     Ranked,
     Recipe,
     Signals,
     VectorLookup,
     collapse,
+    complete_dense,
     rank,
+    rescore,
 )
 from memledger_query.core.rerank import Reranker, reorder
 
@@ -94,19 +97,119 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
+    ranker = _Ranker(recipe, now, threshold, known, named, index, dense, _vectors_of(index))
     seen: set[str] = set()
     found = []
-    vectors = _vectors_of(index)
     for layer, candidates in zip(layers, fetched, strict=True):
         fresh = [c for c in candidates if c.item_id not in seen]
-        ranked = [r for r in rank(fresh, recipe, now, known, named)
-                  if r.relevance >= threshold]
-        if more.rerank is not None and ranked:
-            ranked = reorder(ranked, text, more.rerank.reranker, more.rerank.depth)
-        kept, into = collapse(ranked, recipe, layer.limit, vectors=vectors)
+        kept, into = _shown(fresh, ranker, layer, _reranking(more.rerank, text))
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found
+
+
+@dataclass(frozen=True)
+class _Ranker:
+    """How this search ranks a layer's candidates, and where their vectors are found."""
+
+    recipe: Recipe
+    now: float
+    threshold: float
+    signals: Mapping[str, Signals]
+    periods: tuple[when.Period, ...]
+    index: VectorIndex
+    query: Sequence[float] | None
+    vectors: VectorLookup
+
+    def ranked(self, candidates: Sequence[Candidate]) -> list[Ranked]:
+        return [r for r in rank(candidates, self.recipe, self.now, self.signals, self.periods)
+                if r.relevance >= self.threshold]
+
+    def cosines(self, scope: Scope, candidates: Sequence[Candidate]) -> dict[str, float]:
+        """The candidates' cosines with the query, as the index scores them: one dense
+        search among them alone (no vector leaves the index)."""
+        if self.query is None or not candidates:
+            return {}
+        items = tuple(c.item_id for c in candidates)
+        found = self.index.search(self.query, replace(scope, items=items), len(items))
+        return {str(hit.payload["item_id"]): hit.score for hit in found}
+
+    def rescored(self, ranked: list[Ranked], changed: Mapping[str, Candidate]) -> list[Ranked]:
+        return [r for r in rescore(ranked, changed, self.recipe, self.now, self.signals,
+                                   self.periods) if r.relevance >= self.threshold]
+
+
+Reranking = Callable[[list[Ranked]], list[Ranked]] | None
+
+
+def _reranking(rerank: Rerank | None, text: str) -> Reranking:
+    if rerank is None:
+        return None
+    return lambda ranked: reorder(ranked, text, rerank.reranker, rerank.depth) if ranked \
+        else ranked
+
+
+def _shown(candidates: Sequence[Candidate], ranker: _Ranker, layer: Layer,
+           reranking: Reranking) -> tuple[list[Ranked], dict[str, str]]:
+    """A layer's hits to show (ranked, cut, reranked, collapsed) and what collapsed.
+
+    A candidate found by its words alone is ranked by its own cosine with the query
+    (``complete_dense``), looked up only when it could be shown: until then it counts with
+    the cosine of the last hit dense search returned, which bounds its own from above (dense
+    search returns the closest points), so looking it up can only move it down. Only those
+    ranked above the last hit that could be shown (the layer's limit and ``SPARE_VECTORS``
+    more) are scored, by one dense search among them; with a reranker, all of them (it
+    reorders the best few by another score)."""
+    limit = layer.limit
+    words, bounded = _bounded(candidates, ranker.query)
+    zone = len(bounded) if reranking is not None else limit + SPARE_VECTORS
+    ranked = ranker.ranked(bounded)
+    while True:
+        unsure = _unsure(ranked, words, zone)
+        if unsure:
+            asked = [words.pop(item) for item in unsure]
+            exact = complete_dense(asked, ranker.cosines(layer.scope, asked))
+            ranked = ranker.rescored(ranked, {c.item_id: c for c in exact})
+        shown = reranking(ranked) if reranking is not None else ranked
+        kept, into = collapse(shown, ranker.recipe, limit, vectors=ranker.vectors)
+        walked = _walked(shown, kept, into)
+        if walked <= zone or not any(r.candidate.item_id in words for r in shown[:walked]):
+            return kept, into
+        zone = walked + SPARE_VECTORS  # collapse went past the zone: look further
+
+
+def _unsure(ranked: list[Ranked], words: Mapping[str, Candidate], zone: int) -> list[str]:
+    """The words-only candidates ranked above the ``zone``-th of the others: once they have
+    their own cosine (never above their bound), the first ``zone`` hits are all exact."""
+    unsure: list[str] = []
+    sure = 0
+    for r in ranked:
+        if sure == zone:
+            break
+        if r.candidate.item_id in words:
+            unsure.append(r.candidate.item_id)
+        else:
+            sure += 1
+    return unsure
+
+
+def _bounded(candidates: Sequence[Candidate], query: Sequence[float] | None
+             ) -> tuple[dict[str, Candidate], list[Candidate]]:
+    """The candidates found by their words alone (by item id), and every candidate with
+    those given dense search's lowest cosine (none without a query or dense hits)."""
+    returned = [c.dense for c in candidates if c.dense is not None]
+    if query is None or not returned:
+        return {}, list(candidates)
+    lowest = min(returned)
+    words = {c.item_id: c for c in candidates if c.dense is None and c.point_id is not None}
+    return words, [replace(c, dense=lowest) if c.item_id in words else c for c in candidates]
+
+
+def _walked(shown: list[Ranked], kept: list[Ranked], into: Mapping[str, str]) -> int:
+    """How many of ``shown`` collapse looked at: up to the last hit kept or dropped."""
+    looked = {r.candidate.item_id for r in kept} | set(into)
+    return max((at + 1 for at, r in enumerate(shown) if r.candidate.item_id in looked),
+               default=0)
 
 
 def keyword_only(recipe: Recipe) -> Recipe:

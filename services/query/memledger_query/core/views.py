@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 from psycopg import Connection, sql
 
+from memledger_platform import partitions
+from memledger_platform.readmodel.checkpoint import read_checkpoint
 from memledger_platform.readmodel.projection import name_key
 from memledger_schemas.api.reads import (
     Basis,
@@ -44,10 +46,9 @@ _NOT_ARCHIVED = "(i.archived_position IS NULL OR i.archived_position > %(p)s)"
 
 
 def checkpoint(conn: Connection[Any], s: str) -> tuple[int, datetime | None]:
-    row = conn.execute(sql.SQL("SELECT position, recorded_at FROM {}.checkpoint").format(
-        sql.Identifier(s))).fetchone()
-    assert row is not None
-    return int(row[0]), row[1]
+    """The position the read is based on: its tenant's partition's checkpoint (ADR 0016)."""
+    found = read_checkpoint(conn, s, partition=partitions.checkpoint_partition())
+    return found.position, found.recorded_at
 
 
 def space_exists(conn: Connection[Any], s: str, tenant: str, space: str) -> bool:

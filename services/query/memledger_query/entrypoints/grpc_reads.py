@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from typing_extensions import override
 
+from memledger_platform import partitions
 from memledger_platform.auth import Principal
 from memledger_platform.grpc_server import (
     PrincipalResolver,
@@ -68,7 +69,9 @@ class ReadMethods(query_pb2_grpc.QueryServicer):
     _resolve: PrincipalResolver
 
     async def _caller(self, context: RpcContext) -> Principal:
-        return await caller(context, self._resolve)
+        found = await caller(context, self._resolve)
+        partitions.reading_for(found.tenant)  # the call reads its tenant's partition
+        return found
 
     def _now(self) -> datetime:
         return self._semantic.clock.now()

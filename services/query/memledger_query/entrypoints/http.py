@@ -19,6 +19,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memledger_platform import partitions
 from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, require
 from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.crypto import Opener
@@ -188,6 +189,7 @@ class _Authenticate:
                           **extra).response()(scope, receive, send)
             return
         setattr(request.state, PRINCIPAL, found)  # for the routes' ``Caller``
+        partitions.reading_for(found.tenant)  # the request reads its tenant's partition
         await self.app(scope, receive, send)
 
 
