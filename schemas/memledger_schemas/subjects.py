@@ -6,6 +6,8 @@ Subjects carry the tenant as a token so that NATS permissions can fence tenants:
 dead letters. memledger's own services send their commands on
 ``<prefix>.svc.<service>.<tenant>.<command>``: the service token is who sent it, so NATS
 permissions must let only that service's user publish there, and no tenant account import it.
+A service sends several commands in one message on ``<prefix>.svc.<service>.<tenant>.commands``
+(``SERVICE_MANY``).
 
 With ``MEMLEDGER_EVENT_PARTITIONS`` above 1 the events are split by tenant into that many
 streams (docs/adr/0016-capacity-model.md): partition ``i`` is the stream ``<STEM>_EVENTS_P<i>``
@@ -17,6 +19,10 @@ import zlib
 from dataclasses import dataclass, replace
 
 DEFAULT_PREFIX = "memledger"
+
+SERVICE_MANY = "commands"
+"""The command token of a service's message of several commands, ``{"commands": [...]}``: each
+committed or refused on its own, answered in one reply ``{"results": [...]}`` in their order."""
 
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"

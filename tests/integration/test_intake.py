@@ -17,12 +17,13 @@ from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_ingest.entrypoints.http import WriteResult
 from memledger_ingest.entrypoints.intake import Intake
 from memledger_platform.eventstore.postgres import PostgresEventStore
-from memledger_schemas.commands import CreateSpace
+from memledger_schemas.commands import AssertMemory, CreateSpace
 from memledger_schemas.subjects import (
     HDR_DLQ_REASON,
     HDR_DLQ_SUBJECT,
     HDR_REPLY_TO,
     HDR_TRACEPARENT,
+    SERVICE_MANY,
     Subjects,
 )
 from tests.integration.events_support import read_everything
@@ -358,3 +359,79 @@ async def test_an_intake_consumer_from_before_the_service_subjects_is_widened_at
 
     assert "error" not in learned, learned
     assert len(_events_of_type(event_store, "preference.extracted")) == 1
+
+
+# --- several commands of a service in one message --------------------------------------------
+
+def _many(*bodies: bytes, command: str = "record_preference") -> bytes:
+    return orjson.dumps({"commands": [{**orjson.loads(b), "command": command} for b in bodies]})
+
+
+async def test_a_service_message_of_several_commands_commits_each_and_refuses_each_alone(
+        intake: Intake, caller: Caller, subjects: Subjects, nats_js: Nats,
+        event_store: PostgresEventStore) -> None:
+    _, js = nats_js
+    item = await _item(caller)
+    orphan = _preference(item, space_id="nowhere", value="kept for the dead letters")
+
+    reply = await caller.send(subjects.service_intake("enricher", TENANT, SERVICE_MANY),
+                              _many(_preference(item), orphan, _preference(item, value="v2")))
+
+    first, refused, third = reply["results"]
+    assert "error" not in first, reply
+    assert "error" not in third, reply
+    assert (refused["error"]["status"], refused["error"]["code"]) == (404, "not_found")
+    learned = _events_of_type(event_store, "preference.extracted")
+    assert [e["event_id"] for e in learned] == first["event_ids"] + third["event_ids"]
+    assert {e["actor"] for e in learned} == {"memledger:enricher"}
+    [letter] = await stream_messages(js, subjects.dead_letter_stream, subjects.all_dead_letters)
+    assert letter.subject == subjects.dead_letter("intake", TENANT)
+    assert "nowhere" in (letter.headers or {})[HDR_DLQ_REASON]
+    assert orjson.loads(letter.data)["value"] == "kept for the dead letters"
+
+
+@pytest.mark.parametrize(("body", "status", "path"), [
+    (lambda item: _many(_preference(item), _preference(item), command="record_retrieval"),
+     403, "commands.0.command"),
+    (lambda item: _many(_preference(item), _preference(item, confidence=7)), 422,
+     "commands.1.confidence"),
+    (lambda item: orjson.dumps({"commands": []}), 422, "commands"),
+], ids=["not its command", "one invalid", "none"])
+async def test_a_service_message_of_several_is_refused_whole_if_one_is_not_its_own_or_invalid(
+        intake: Intake, caller: Caller, subjects: Subjects, event_store: PostgresEventStore,
+        body: Any, status: int, path: str) -> None:
+    item = await _item(caller)
+
+    reply = await caller.send(subjects.service_intake("enricher", TENANT, SERVICE_MANY),
+                              body(item))
+
+    assert reply["error"]["status"] == status
+    assert [f["path"] for f in reply["error"]["fields"]] == [path]
+    assert _events_of_type(event_store, "preference.extracted") == []
+
+
+async def test_a_redelivered_message_of_several_without_keys_is_answered_from_the_first_commit(
+        nats_js: Nats, writer: GroupCommitWriter, subjects: Subjects,
+        event_store: PostgresEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    nc, js = nats_js
+    intake = Intake(nc, js, writer, subjects)
+    await writer.submit(TENANT, [CreateSpace(space_id=SPACE)])
+    item = (await writer.submit(TENANT, [AssertMemory(space_id=SPACE, kind="fact",
+                                                      content="ada likes tea")]))[0].ids
+    consumer = await js.pull_subscribe(
+        subjects.all_service_intake, durable=subjects.intake_consumer,
+        stream=subjects.intake_stream,
+        config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0))
+    inbox = nc.new_inbox()
+    replies = await nc.subscribe(inbox)
+    await js.publish(subjects.service_intake("enricher", TENANT, SERVICE_MANY),
+                     _many(_preference(item["item_id"]), _preference(item["item_id"])),
+                     headers={HDR_REPLY_TO: inbox})
+
+    await _deliver_twice_losing_the_first_ack(intake, consumer, monkeypatch)
+
+    answers = [orjson.loads((await replies.next_msg(timeout=5)).data)["results"]
+               for _ in range(2)]
+    assert [[r["duplicate"] for r in a] for a in answers] == [[False, False], [True, True]]
+    assert [r["event_ids"] for r in answers[0]] == [r["event_ids"] for r in answers[1]]
+    assert len(_events_of_type(event_store, "preference.extracted")) == 2

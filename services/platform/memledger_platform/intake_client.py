@@ -3,7 +3,8 @@ result: the enricher (its enrichments), the lifecycle scheduler (archives and me
 and the query service (the retrievals it audits) are clients of ingest (only ingest writes the
 event store). Each sends on its own subject, ``<prefix>.svc.<service>.<tenant>.<command>``:
 ingest takes the service token as the sender, so only that service's NATS user may publish
-there."""
+there. Several commands go in one message (``SERVICE_MANY``): one publish, fetch, ack and reply
+each cost intake as much as the command's commit."""
 
 import asyncio
 import itertools
@@ -22,8 +23,12 @@ from memledger_platform import bus, telemetry
 from memledger_platform.crypto import Opener
 from memledger_platform.keyring_postgres import keyring_for
 from memledger_platform.settings import Settings
-from memledger_schemas.commands import SERVICE_COMMANDS, CommandBase
-from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
+from memledger_schemas.commands import MAX_BATCH, SERVICE_COMMANDS, CommandBase
+from memledger_schemas.subjects import HDR_REPLY_TO, SERVICE_MANY, Subjects
+
+MESSAGE_BYTES = 1024 * 1024
+"""Commands per message are bounded by this size (under NATS's ``max_payload``) and by
+``MAX_BATCH``."""
 
 
 class IntakeClient:
@@ -59,34 +64,70 @@ class IntakeClient:
         loop = asyncio.get_running_loop()
         try:
             publishes = []
-            for command in commands:
+            messages = self._messages(tenant, commands)
+            for subject, body, _ in messages:
                 reply_to = f"{self._inbox}.{next(self._tokens)}"
                 future: asyncio.Future[dict[str, Any]] = loop.create_future()
                 self._waiting[reply_to] = future
                 futures.append(future)
-                publishes.append(self._publish(tenant, command, reply_to))
-            # All in flight at once: one stream acknowledgement's round trip per command, in
+                publishes.append(self._js.publish(
+                    subject, body, headers=telemetry.inject({HDR_REPLY_TO: reply_to})))
+            # All in flight at once: one stream acknowledgement's round trip per message, in
             # turn, was most of an enrichment batch's time. Intake settles a fetched batch
             # concurrently anyway, so the commands were never applied in the order sent.
             await asyncio.gather(*publishes)
-            return list(await asyncio.wait_for(asyncio.gather(*futures), self._timeout))
+            replies = await asyncio.wait_for(asyncio.gather(*futures), self._timeout)
+            return _results(replies, [many for _, _, many in messages])
         finally:
             for future in futures:
                 future.cancel()
             self._waiting = {k: f for k, f in self._waiting.items() if not f.done()}
 
-    async def _publish(self, tenant: str, command: CommandBase, reply_to: str) -> None:
-        name = type(command).model_fields["command"].default
+    def _messages(self, tenant: str, commands: list[CommandBase]
+                  ) -> list[tuple[str, bytes, int]]:
+        """(subject, body, commands of several or 0) of each message: one command on its own
+        subject, several in messages of ``SERVICE_MANY``."""
         # What was set, as set: a null that is required (a retrieval's basis without
         # recorded_at) must be sent; what was left to its default need not be.
-        await self._js.publish(self._subjects.service_intake(self._service, tenant, name),
-                               command.model_dump_json(exclude_unset=True).encode(),
-                               headers=telemetry.inject({HDR_REPLY_TO: reply_to}))
+        bodies = [c.model_dump_json(exclude_unset=True).encode() for c in commands]
+        if len(commands) == 1:
+            name = type(commands[0]).model_fields["command"].default
+            return [(self._subjects.service_intake(self._service, tenant, name), bodies[0], 0)]
+        subject = self._subjects.service_intake(self._service, tenant, SERVICE_MANY)
+        messages: list[tuple[str, bytes, int]] = []
+        chunk: list[bytes] = []
+        size = 0
+        for command, body in zip(commands, bodies, strict=True):
+            named = orjson.dumps({**orjson.loads(body),
+                                  "command": type(command).model_fields["command"].default})
+            if chunk and (size + len(named) > MESSAGE_BYTES or len(chunk) == MAX_BATCH):
+                messages.append((subject, _many(chunk), len(chunk)))
+                chunk, size = [], 0
+            chunk.append(named)
+            size += len(named) + 1
+        messages.append((subject, _many(chunk), len(chunk)))
+        return messages
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._waiting.pop(msg.subject, None)
         if future is not None and not future.done():
             future.set_result(orjson.loads(msg.data))
+
+
+def _many(bodies: list[bytes]) -> bytes:
+    return b'{"commands":[' + b",".join(bodies) + b"]}"
+
+
+def _results(replies: list[dict[str, Any]], several: list[int]) -> list[dict[str, Any]]:
+    """Each command's result, in order: a message of several answers with their list, or
+    with one problem for all of them when it was refused whole."""
+    results: list[dict[str, Any]] = []
+    for reply, count in zip(replies, several, strict=True):
+        if not count:
+            results.append(reply)
+        else:
+            results.extend(reply["results"] if "results" in reply else [reply] * count)
+    return results
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ embedded nats-server of ``memledger up`` runs each service as such a user.
 
 from memledger_platform.engines import NatsPermissions
 from memledger_schemas.commands import SERVICE_COMMANDS
-from memledger_schemas.subjects import Subjects
+from memledger_schemas.subjects import SERVICE_MANY, Subjects
 
 CLIENT = "client"
 """The embedded mode's user for local clients: commands to intake, results and events of
@@ -101,9 +101,10 @@ def _projector(s: Subjects) -> NatsPermissions:
 
 def _commands(s: Subjects, service: str) -> tuple[str, ...]:
     """A service sends its own commands only, on its own intake subjects (ingest takes the
-    service token there as the sender)."""
+    service token there as the sender), one at a time or several in a message (ingest
+    refuses one holding a command not its own)."""
     return tuple(s.service_intake(service, "*", command)
-                 for command in sorted(SERVICE_COMMANDS[service]))
+                 for command in (*sorted(SERVICE_COMMANDS[service]), SERVICE_MANY))
 
 
 def _enricher(s: Subjects) -> NatsPermissions:

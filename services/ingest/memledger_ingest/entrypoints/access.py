@@ -72,14 +72,16 @@ def permission_refusal(principal: Principal, command: CommandBase, prefix: str =
     return None
 
 
-def service_refusal(service: str, command: str) -> Problem | None:
-    """403 unless ``service`` is one of memledger's own and sends ``command``."""
+def service_refusal(service: str, command: str, path: str = "subject.command"
+                    ) -> Problem | None:
+    """403 unless ``service`` is one of memledger's own and sends ``command`` (named at
+    ``path``)."""
     sends = SERVICE_COMMANDS.get(service)
     if sends is None:
         return _forbidden("subject.service", f"{service!r} is not one of memledger's services "
                           f"({', '.join(sorted(SERVICE_COMMANDS))})")
     if command not in sends:
-        return _forbidden("subject.command", f"memledger's {service} does not send {command} "
+        return _forbidden(path, f"memledger's {service} does not send {command} "
                           f"(it sends {', '.join(sorted(sends))})")
     return None
 

@@ -14,6 +14,15 @@ names whom it acts for. Acknowledgement policy:
 
 A message without an ``idempotency_key`` gets one derived from its stream sequence, so a
 redelivery after a commit whose ack was lost is answered from the first commit, not applied twice.
+
+A service may send several commands in one message (``SERVICE_MANY``): one fetch, ack and
+reply for all of them rather than one each, what made the enricher's embeddings cost ingest as
+much CPU as the writes they were for. Each is submitted on its own (the writer still commits
+them together) and refused on its own: a refused one is dead-lettered with its own body, the
+others commit. One that cannot be committed now naks the message; a redelivery answers the
+committed ones from their idempotency keys (each derived from the stream sequence and its place
+when absent). A malformed message, or one holding a command the service may not send, is
+refused whole.
 """
 
 import asyncio
@@ -47,10 +56,11 @@ from memledger_ingest.entrypoints.problems import (
 from memledger_platform.auth import Principal
 from memledger_platform.consumer import Batch, Consumer, Handling, Subscription, Transient
 from memledger_platform.jsonbody import repeated_key
-from memledger_schemas.commands import BY_NAME, CommandBase
+from memledger_schemas.commands import BY_NAME, MAX_BATCH, CommandBase
 from memledger_schemas.subjects import (
     HDR_REPLY_TO,
     HDR_TRACEPARENT,
+    SERVICE_MANY,
     Subjects,
 )
 from memledger_schemas.types import SLUG_PATTERN
@@ -107,20 +117,77 @@ class Commands(Handling):
 
     async def _apply(self, batch: Batch, msg: Msg) -> None:
         try:
-            sent = self._parse(msg)
+            many = self._many(msg)
+            sent = self._parse(msg) if many is None else None
         except _Poison as poison:
             await self._refuse(batch, msg, poison.problem)
             return
+        if many is not None:
+            await self._apply_many(batch, msg, many)
+            return
+        assert sent is not None
+        outcome = await self._submit(sent, msg)
+        if isinstance(outcome, Problem):
+            await self._refuse(batch, msg, outcome)
+            return
+        await self._reply(msg, outcome)
+
+    async def _submit(self, sent: "_Sent", msg: Msg) -> dict[str, Any] | Problem:
+        """The committed result's body, or the problem it was refused with; ``Transient``
+        if it could not be committed now."""
         try:
             results = await self._writer.submit(sent.tenant, [sent.command], actor=sent.actor,
                                                 traceparent=(msg.headers or {}).get(
                                                     HDR_TRACEPARENT))
         except (Rejected, DomainError) as error:
-            await self._refuse(batch, msg, refused(error))
-            return
+            return refused(error)
         except Exception as error:
             raise Transient(f"intake will retry {msg.subject}: {error}") from error
-        await self._reply(msg, result_body(results[0]))
+        return result_body(results[0])
+
+    async def _apply_many(self, batch: Batch, msg: Msg, many: list["_Sent"]) -> None:
+        # All at once: the writer commits what is queued together, each refused on its own.
+        outcomes = await asyncio.gather(*(self._submit(sent, msg) for sent in many),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # given back whole: the committed ones repeat their keys
+        bodies: list[dict[str, Any]] = []
+        for sent, outcome in zip(many, outcomes, strict=True):
+            assert not isinstance(outcome, BaseException)
+            if isinstance(outcome, Problem):
+                await batch.dead_letters.send(msg, outcome.message, tenant=sent.tenant,
+                                              data=_kept(sent.command, outcome))
+            bodies.append(outcome.body() if isinstance(outcome, Problem) else outcome)
+        await self._reply(msg, {"results": bodies})
+
+    def _many(self, msg: Msg) -> list["_Sent"] | None:
+        """The commands of a service's message of several (``None``: not one)."""
+        by_service = self._subjects.parse_service_intake(msg.subject)
+        if by_service is None or by_service[2] != SERVICE_MANY:
+            return None
+        service, tenant, _ = by_service
+        if _invalid_tenant(tenant):
+            raise _Poison(malformed("subject.tenant", f"{tenant!r} is not a valid tenant id"))
+        listed = _body(msg).get("commands")
+        if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_BATCH:
+            raise _Poison(malformed("commands", f"must be a list of 1 to {MAX_BATCH} commands"))
+        many = []
+        for place, body in enumerate(listed):
+            path = f"commands.{place}"
+            name = body.get("command") if isinstance(body, dict) else None
+            if not isinstance(name, str) or name not in BY_NAME:
+                raise _Poison(malformed(f"{path}.command", "unknown command; one of "
+                                        + ", ".join(sorted(BY_NAME))))
+            _raise(service_refusal(service, name, f"{path}.command"))
+            if body.get("idempotency_key") is None:  # as for one: its place in the message
+                body["idempotency_key"] = (
+                    f"nats-intake:{msg.metadata.sequence.stream}:{place}")
+            command = _validated(name, body, ("commands", place))
+            _raise(permission_refusal(_service(tenant), command, f"{path}."))
+            many.append(_Sent(tenant, command, command.actor or service_actor(service)))
+        return many
+
     def _parse(self, msg: Msg) -> "_Sent":
         service, tenant, name = self._address(msg.subject)
         if _invalid_tenant(tenant):
@@ -206,10 +273,22 @@ def _command(msg: Msg, name: str) -> CommandBase:
     if body.get("idempotency_key") is None:  # absent or null: derive one, so that a
         # redelivery after a lost ack is answered from the first commit
         body["idempotency_key"] = f"nats-intake:{msg.metadata.sequence.stream}"
+    return _validated(name, body, ())
+
+
+def _validated(name: str, body: dict[str, Any], prefix: tuple[str | int, ...]) -> CommandBase:
     try:
         return BY_NAME[name].model_validate(body)
     except ValidationError as error:
-        raise _Poison(invalid_request(error)) from None
+        raise _Poison(invalid_request(error, prefix)) from None
+
+
+def _kept(command: CommandBase, problem: Problem) -> bytes:
+    """What a refused command of several leaves in the dead letters: its body, unless it was
+    learned from an erased subject's text (then only why)."""
+    if any(f.get("path", "").endswith("source_key_id") for f in problem.fields):
+        return b'{"redacted": "source subject erased"}'
+    return command.model_dump_json(exclude_unset=True).encode()
 
 
 def _invalid_tenant(tenant: str) -> bool:
