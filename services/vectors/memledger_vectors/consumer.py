@@ -47,10 +47,6 @@ FLUSH_SECONDS = 30.0
 """Under steady writes, how often the index is flushed. Rarely, because a flush holds the GIL
 whatever it writes, stalling every request of the process (ADR 0006). What it costs is
 replay: a restart re-derives the events since the last flush (idempotently)."""
-IDLE_FLUSH_SECONDS = 2.0
-"""When caught up, how long what was written may wait for its flush. Not at once: under a
-trickle of writes the consumer is idle after nearly every batch, and a flush each time cost
-more than the writes themselves; a quiet index is still durable within this."""
 OPTIMIZE_AFTER_POINTS = 1_000
 
 Erased = Callable[[str, str, int, int], None]
@@ -120,8 +116,7 @@ class IndexWriter(Handling):
         self._durable = durable
         self._written_seq = 0
         self._durable_seq = 0
-        self._unflushed_since: float | None = None
-        """When the oldest write not yet flushed was made (``None``: all flushed)."""
+        self._flushed_at = time.monotonic()
         self._advanced = asyncio.Condition()
         self._unoptimized = 0
         self.written = 0
@@ -180,12 +175,11 @@ class IndexWriter(Handling):
         await batch.ack()
         async with self._advanced:
             self._advanced.notify_all()
-        if self._unflushed_for() > FLUSH_SECONDS:
+        if time.monotonic() - self._flushed_at > FLUSH_SECONDS:
             await self._flush()
 
     async def idle(self) -> None:
-        if self._unflushed_for() >= IDLE_FLUSH_SECONDS:
-            await self._flush()
+        await self._flush()
         if self._unoptimized >= OPTIMIZE_AFTER_POINTS:
             # Caught up: build the HNSW graph for what arrived. Small additions are
             # searched exactly until enough accumulate (Edge's optimize holds the GIL).
@@ -205,25 +199,14 @@ class IndexWriter(Handling):
         up to it, a search may miss what the lost writes held."""
         self._fold.forget()
         self._written_seq = self._durable_seq
-        self._unflushed_since = None
         self._unoptimized = 0
-
-    def _unflushed_for(self) -> float:
-        """Seconds since the oldest write not yet flushed (0 with none), starting its clock
-        at the first call after it."""
-        if self._written_seq <= self._durable_seq:
-            return 0.0
-        now = time.monotonic()
-        if self._unflushed_since is None:
-            self._unflushed_since = now
-        return now - self._unflushed_since
 
     async def _flush(self) -> None:
         """Make the index durable up to the last batch written, then record that position:
         a restart resumes from the last durable batch, so writes not yet flushed when the
         process died are derived again (in order, idempotently). Flushing is coalesced (every
-        ``FLUSH_SECONDS`` while busy, ``IDLE_FLUSH_SECONDS`` when caught up) because the
-        engine's flush stalls the whole process."""
+        ``FLUSH_SECONDS``, or when idle) because the engine's flush stalls the whole process."""
+        self._flushed_at = time.monotonic()
         if self._written_seq <= self._durable_seq:
             return
         seq = self._written_seq
@@ -231,7 +214,6 @@ class IndexWriter(Handling):
         if self._positions is not None:
             await asyncio.to_thread(self._positions.save, self._durable, seq)
         self._durable_seq = seq
-        self._unflushed_since = None
 
     async def _write_pending(self) -> None:
         upserts, gone = self._fold.take()
