@@ -52,7 +52,7 @@ async def test_a_second_relay_on_the_same_stream_stands_by_naming_the_first_and_
     first = asyncio.create_task(serve_relay(settings, engines, first_stop))
     event_store.append([envelope(uuid4(), 1) for _ in range(5)])
     await eventually(lambda: _published_once(js, subjects, 5), timeout=20)
-    with caplog.at_level(logging.WARNING, logger="memledger_relay.relay_lease"):
+    with caplog.at_level(logging.WARNING, logger="memledger_platform.lease"):
         second = asyncio.create_task(serve_relay(settings, engines, second_stop))
 
         async def told() -> None:

@@ -1,11 +1,13 @@
-"""At most one process of a role works on a thing (the projector on an event store's read
-models, the vectors service on a model's index): the one holding a PostgreSQL advisory lock
-named for the role and the thing, on a connection it keeps open. Another waits as a standby,
-saying which process holds the lock, and takes over when that one's session ends.
+"""At most one process of a role works on a thing (the relay on an events stream, the projector
+on an event store's read models, the vectors service on a model's index): the one holding a
+PostgreSQL advisory lock named for the role and the thing, on a connection it keeps open.
+Another waits as a standby, saying which process holds the lock, and takes over when that
+one's session ends.
 
 Two projectors on one stream would each delete and remake the other's consumer from its own
 checkpoint, and two vector projectors would split the events between them; the lease makes the
-second one harmless. (The relay has its own, ``memledger_relay.relay_lease``.)"""
+second one harmless. Two relays would fight over every batch (the stream's
+Expected-Last-Sequence guard already keeps them from ordering or doubling an event)."""
 
 import asyncio
 import contextlib

@@ -21,10 +21,10 @@ from memledger_platform.eventstore.postgres import (
     PostgresEventStore,
     datastore_from_dsn,
 )
+from memledger_platform.lease import Lease
 from memledger_platform.settings import Settings
 from memledger_platform.stream_cursor import Cursor
 from memledger_relay.relay import Relay
-from memledger_relay.relay_lease import RelayLease
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,13 @@ async def _lead(relay: Relay, endpoints: Endpoints, settings: Settings,
                 stop: asyncio.Event) -> None:
     """Publish one stream while this process holds its lease."""
     stream = relay.subjects.events_stream
-    lease = RelayLease(endpoints.postgres_dsn, settings.postgres_schema, stream)
+    # at most one relay publishes a stream; another stands by, naming it (the lease)
+    lease = Lease(endpoints.postgres_dsn, "relay", f"{settings.postgres_schema} {stream}")
     try:
         while await lease.acquire(stop):
             log.info("relay publishing %s to %s", EVENTS_TABLE, stream)
             relay.cursor = Cursor()  # where the stream stands, read again after any standby
-            await relay.run(await _while_held(lease, stop))
+            await relay.run(await lease.while_held(stop))
             if stop.is_set():
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(_drain(relay), 10.0)
@@ -104,25 +105,6 @@ async def listen_for_commits(dsn: str, channel: str, on_commit: Callable[[], Non
         except psycopg.Error as error:
             log.warning("commit listener reconnecting (polling meanwhile): %s", error)
             await asyncio.sleep(1.0)
-
-
-async def _while_held(lease: RelayLease, stop: asyncio.Event) -> asyncio.Event:
-    """An event set when ``stop`` is, or when the lease is lost (checked every second)."""
-    turn_over = asyncio.Event()
-
-    async def watch() -> None:
-        while not stop.is_set() and await lease.held():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), LEASE_CHECK_SECONDS)
-        turn_over.set()
-
-    _watchers.add(task := asyncio.create_task(watch()))
-    task.add_done_callback(_watchers.discard)
-    return turn_over
-
-
-LEASE_CHECK_SECONDS = 1.0
-_watchers: set["asyncio.Task[None]"] = set()
 
 
 async def _drain(relay: Relay) -> None:
