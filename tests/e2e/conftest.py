@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,13 +92,22 @@ def nats_passwords(home: Path) -> dict[str, str]:
     return passwords
 
 
+@contextmanager
+def started(home: Path, **env: str) -> Iterator[Running]:
+    """``memledger up`` in ``home``, answering ``/health``; stopped afterwards if it still runs."""
+    running = start(home, **env)
+    try:
+        eventually_sync(lambda: _assert_healthy(running.url), timeout=30)
+        yield running
+    finally:
+        if running.proc.poll() is None:
+            running.stop()
+
+
 @pytest.fixture
 def memledger(tmp_path: Path) -> Iterator[Running]:
-    running = start(tmp_path / "home")
-    eventually_sync(lambda: _assert_healthy(running.url), timeout=30)
-    yield running
-    if running.proc.poll() is None:
-        running.stop()
+    with started(tmp_path / "home") as running:
+        yield running
 
 
 def _assert_healthy(url: str) -> None:

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from nats.aio.client import Client
 
-from tests.e2e.conftest import Running, engine_processes, nats_passwords, start
+from tests.e2e.conftest import Running, engine_processes, nats_passwords, started
 from tests.support import eventually, eventually_sync
 
 INTRUDER = "e2e-intruder"
@@ -28,15 +28,9 @@ INTRUDER = "e2e-intruder"
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    running = start(tmp_path_factory.mktemp("guarded") / "home", MEMLEDGER_AUTH="required")
-    eventually_sync(lambda: _healthy(running.url), timeout=30)
-    yield running
-    if running.proc.poll() is None:
-        running.stop()
-
-
-def _healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    with started(tmp_path_factory.mktemp("guarded") / "home", MEMLEDGER_AUTH="required"
+                 ) as running:
+        yield running
 
 
 def _banner(running: Running) -> str:

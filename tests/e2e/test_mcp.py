@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters
@@ -20,21 +19,14 @@ from mcp_types import TextContent, TextResourceContents
 
 from memledger_client import AsyncClient
 from memledger_schemas.commands import SetSpacePolicy
-from tests.e2e.conftest import Running, start
-from tests.support import eventually, eventually_sync
+from tests.e2e.conftest import Running, started
+from tests.support import eventually
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    running = start(tmp_path_factory.mktemp("mcp") / "home")
-    eventually_sync(lambda: _healthy(running.url), timeout=30)
-    yield running
-    if running.proc.poll() is None:
-        running.stop()
-
-
-def _healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    with started(tmp_path_factory.mktemp("mcp") / "home") as running:
+        yield running
 
 
 @dataclass

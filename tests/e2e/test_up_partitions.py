@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from memledger_platform.auth import TENANT_HEADER
 from memledger_schemas.subjects import Subjects, partition_of
-from tests.e2e.conftest import Running, start
+from tests.e2e.conftest import Running, started
 from tests.support import eventually_sync
 
 WAIT_MS = 30_000
@@ -29,15 +29,8 @@ TENANTS = ("default", next(t for t in ("acme", "globex", "initech")
 
 @pytest.fixture
 def partitioned(tmp_path: Path) -> Iterator[Running]:
-    running = start(tmp_path / "home", MEMLEDGER_EVENT_PARTITIONS="2")
-    eventually_sync(lambda: _healthy(running.url), timeout=30)
-    yield running
-    if running.proc.poll() is None:
-        running.stop()
-
-
-def _healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    with started(tmp_path / "home", MEMLEDGER_EVENT_PARTITIONS="2") as running:
+        yield running
 
 
 def _write(url: str, tenant: str, content: str) -> dict[str, object]:
