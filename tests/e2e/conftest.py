@@ -55,7 +55,9 @@ def _home_of(proc: psutil.Process) -> str | None:
 
 
 def start(home: Path, **env: str) -> Running:
-    ports = {"MEMLEDGER_HTTP_PORT": str(free_port()), "MEMLEDGER_NATS_PORT": str(free_port())}
+    # ports of its own: the default gRPC port may still be held by the previous test's server
+    ports = {"MEMLEDGER_HTTP_PORT": str(free_port()), "MEMLEDGER_NATS_PORT": str(free_port()),
+             "MEMLEDGER_GRPC_PORT": str(free_port())}
     full_env = {**os.environ, "MEMLEDGER_HOME": str(home), "MEMLEDGER_LOG_FORMAT": "json",
                 **ports, **env}
     proc = subprocess.Popen([sys.executable, "-m", "memledger_cli", "up"], env=full_env,
