@@ -53,6 +53,10 @@ class _Item:
     archived_from: float = OPEN
 
 
+_Dirty = tuple[tuple[str, str], _Item, Version]
+"""A changed row: its item's key, the item and the row."""
+
+
 class VectorFold:
     """Folds events into points; ``take()`` hands over the points that changed since the last
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
@@ -65,7 +69,9 @@ class VectorFold:
         self._model = model
         self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
         self._cache_items = cache_items
-        self._dirty: dict[str, IndexedPoint] = {}
+        self._dirty: dict[str, _Dirty] = {}
+        """The rows changed since the last ``take``, by point id: their points are made only
+        then, once each (an import's assertion and embedding mark the same row twice)."""
         self._gone: set[str] = set()
         self._messages = MessageFold(load, sessions=sessions, cache=cache_items)
         self.position = 0
@@ -114,7 +120,10 @@ class VectorFold:
 
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
-        upserts, gone = list(self._dirty.values()), sorted(self._gone - set(self._dirty))
+        upserts = [point_of(key, item.archived_from, row, point_id,
+                            item.vectors.get(dict(row.attrs)["content_version"]))
+                   for point_id, (key, item, row) in self._dirty.items()]
+        gone = sorted(self._gone - set(self._dirty))
         self._dirty, self._gone = {}, set()
         said, unsaid = self._messages.take()
         upserts, gone = upserts + said, gone + unsaid
@@ -235,8 +244,9 @@ class VectorFold:
 
     def _mark(self, key: tuple[str, str], item: _Item, row: Version, point_id: str) -> None:
         self._gone.discard(point_id)
-        self._dirty[point_id] = point_of(key, item.archived_from, row, point_id,
-                                         item.vectors.get(dict(row.attrs)["content_version"]))
+        # Made in ``take`` from the item as it is then: whatever changes the point later in
+        # the batch (its vector, the item archived, the row closed) marks it again anyway.
+        self._dirty[point_id] = (key, item, row)
 
     def _item(self, key: tuple[str, str], *, new: bool = False) -> _Item:
         """The item as folded so far. ``new``: the event starts the item's stream, so the

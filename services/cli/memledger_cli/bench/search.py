@@ -27,7 +27,9 @@ inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (4
 their payload, without vectors: collapse looks up the few it needs) on the raw index;
 ``search_raw`` times the other parts of a search too. ``search_server_cpu_ms`` is the CPU of
 every server process per search, steadier than wall time on a shared machine, and
-``load_server_cpu_ms_per_item`` theirs per item from the load's start until it is indexed.
+``load_server_cpu_ms_per_item`` theirs per item from the load's start until it is indexed
+(``load_cpu_ms_per_item_by_process``: the same by process, ingest, relay, projector, vectors
+with its index process, the engines).
 The default 100k run takes several minutes (loading, then an HNSW build in the server and
 another in the raw index).
 """
@@ -43,7 +45,15 @@ import aiohttp
 import numpy as np
 
 from memledger_cli.bench import corpus
-from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
+from memledger_cli.bench import cpu as processes
+from memledger_cli.bench.common import (
+    Scenario,
+    Server,
+    Steps,
+    measured,
+    percentile,
+    private_server,
+)
 from memledger_cli.bench.load import post
 from memledger_cli.bench.search_raw import SPACE, WARMUP, raw_phase
 from memledger_cli.bench.settle import (
@@ -101,7 +111,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         with private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
             await pause_enricher(server.nats_url)
             async with aiohttp.ClientSession(server.url) as http:
-                result = await _server_phases(http, data, exact, args, steps)
+                result = await _server_phases(http, data, exact, args, steps, server)
         steps.step(f"raw Qdrant Edge: {args.items} points, HNSW, the same dense searches")
         result.update(raw_phase(data, exact))
         result["raw_upsert_items_per_s"] = round(args.items / max(result["raw_upsert_s"], 0.1))
@@ -112,16 +122,20 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[list[int]],
-                         args: argparse.Namespace, steps: Steps) -> dict[str, Any]:
+                         args: argparse.Namespace, steps: Steps,
+                         server: Server) -> dict[str, Any]:
     await post(http, "/v1/spaces", {"space_id": SPACE})
     steps.step(f"importing {args.items} items with their vectors (/v1/batch, import_memory)")
     started, cpu_before = time.monotonic(), server_cpu_seconds()
+    roles_before = processes.snapshot(server.pid)
     last, timeouts = await _load(http, data, args.clients)
     load_s = time.monotonic() - started
     steps.step(f"loaded in {load_s:.0f} s ({args.items / load_s:.0f} items/s); waiting for "
                "the vector index, then for the server to go quiet")
     indexed_s = await wait_indexed(http, last)
     load_cpu = _per_query_ms(cpu_before, server_cpu_seconds(), args.items)
+    load_cpu_by_process = processes.per_fact_ms(
+        processes.used(roles_before, processes.snapshot(server.pid)), args.items)
     steps.step(f"indexed {indexed_s:.0f} s after the load "
                f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     quiet_s = await wait_quiet()
@@ -142,6 +156,7 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
             "load_s": round(load_s, 1), "load_items_per_s": round(args.items / load_s, 1),
             "indexed_items_per_s": round(args.items / (load_s + indexed_s), 1),
             "load_server_cpu_ms_per_item": load_cpu,
+            "load_cpu_ms_per_item_by_process": load_cpu_by_process,
             "load_batches_timed_out": timeouts,
             "indexed_s_after_load": round(indexed_s, 1),
             "settled_s_after_indexed": round(quiet_s, 1)}
