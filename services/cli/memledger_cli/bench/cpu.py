@@ -19,11 +19,13 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("projector", ("memledger_cli projector", "memledger_projector")),
     ("enricher", ("memledger_cli enricher", "memledger_enricher")),
     ("lifecycle", ("memledger_cli lifecycle", "memledger_lifecycle")),
-    ("vectors", ("memledger_cli vectors", "vectorindex.process", "memledger_vectors")),
+    ("vector_index", ("vectorindex.process",)),
+    ("vectors", ("memledger_cli vectors", "memledger_vectors")),
     ("ingest", ("memledger_cli up", "memledger_cli ingest", "memledger up")),
 )
 """Each role and what its command line holds (the first match wins): ``ingest`` is the
-``memledger up`` process itself, which also serves queries and feeds the vector index."""
+``memledger up`` process itself, which also serves queries and feeds the vector index;
+``vector_index`` the vectors service's Qdrant Edge process (upserts, HNSW builds)."""
 
 ENGINES = {"postgres": "postgres", "postgres:": "postgres", "nats-server": "nats"}
 """The engines, by their program's name (a PostgreSQL backend names itself ``postgres:``)."""
