@@ -13,7 +13,7 @@ from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document, encode_query
 from memledger_query.core.ranking import MODES, Candidate, Recipe, Signals, rank
-from memledger_query.core.semantic import Found, Layer, Refinements, keyword_hits, search
+from memledger_query.core.semantic import Found, Layer, Refinements, search
 
 NOW = 1.79e9
 EMBEDDER = HashingEmbedder(dims=256)
@@ -215,29 +215,6 @@ def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searc
 
     assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
     assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))
-
-
-def test_keyword_hits_fetched_before_the_search_rank_as_its_own_and_are_not_fetched_again(
-        ) -> None:
-    calls: list[str] = []
-
-    class Watched(InMemoryVectorIndex):
-        def search_sparse(self, *args: Any) -> Any:
-            calls.append("keyword")
-            return super().search_sparse(*args)
-
-    index = Watched()
-    index.upsert([point(1, TEA), point(2, HOME), point(3, BUILD), point(4, LEMON)])
-    layers = (Layer("session", scope(), 1), Layer("space", scope(), 5))
-    fetched = keyword_hits(index, QUERY, layers, RECIPE)
-    calls.clear()
-    vector = EMBEDDER.embed_query(QUERY)
-    given = search(index, vector, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW,
-                   refine=Refinements(keyword=fetched))
-
-    assert calls == []
-    assert given == search(index, vector, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW)
-    assert calls == ["keyword", "keyword"]
 
 
 class CountingIndex(InMemoryVectorIndex):

@@ -47,13 +47,6 @@ def test_words_that_only_look_like_dates_name_no_period(query: str) -> None:
     assert periods(query) == []
 
 
-def test_a_search_skips_the_parser_only_for_a_query_without_a_digit_or_time_word() -> None:
-    named = ["what happened in May?", "what did we decide last week?", "did it change in 2020?"]
-    plain = ["what did Caroline research?", "what did we discuss?"]
-    assert all(when.may_name_time(q) and periods(q) for q in named)
-    assert not any(when.may_name_time(q) or periods(q) for q in plain)
-
-
 def test_the_same_words_at_another_valid_time_name_another_period() -> None:
     later = when.resolve("what did we decide last week?", day(2024, 1, 10))
     assert [(w.start, w.end) for w in later] == [(day(2024, 1, 1).timestamp(),
