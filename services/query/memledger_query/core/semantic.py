@@ -76,9 +76,6 @@ class Refinements:
     signals: SignalLookup | None = None
     periods: Periods = ()
     rerank: Rerank | None = None
-    keyword: Sequence[list[Hit]] | None = None
-    """The layers' keyword hits, if fetched already (``keyword_hits``, for these very layers
-    and recipe): fetched while something else the search needs was looked up."""
 
 
 def search(index: VectorIndex, vector: QueryVector, text: str,
@@ -89,8 +86,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     searches come first: an embedding (or periods) still under way is waited for only after
     them."""
     more = refine or Refinements()
-    keyword = more.keyword if more.keyword is not None else keyword_hits(index, text, layers,
-                                                                           recipe)
+    query = sparse.encode_query(text)
+    keyword = [_keyword(index, query, layer, recipe) for layer in layers]
     dense = vector() if callable(vector) else vector
     if dense is None and recipe.dense_weight > 0:
         recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
@@ -109,13 +106,6 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
     return found
-
-
-def keyword_hits(index: VectorIndex, text: str, layers: Sequence[Layer], recipe: Recipe
-                 ) -> list[list[Hit]]:
-    """Each layer's keyword hits for ``text`` (none when keywords do not count)."""
-    query = sparse.encode_query(text)
-    return [_keyword(index, query, layer, recipe) for layer in layers]
 
 
 @dataclass(frozen=True)

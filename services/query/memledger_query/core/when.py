@@ -47,15 +47,9 @@ class Period:
 def resolve(query: str, at: datetime) -> tuple[Period, ...]:
     """The periods ``query`` names, relative to ``at`` (the search's valid time), in the
     order they appear."""
-    if not may_name_time(query):
+    if not _HINT.search(query):
         return ()
     return _resolve(query, at.astimezone(UTC).replace(tzinfo=None))
-
-
-def may_name_time(query: str) -> bool:
-    """Whether the parser is asked about ``query`` at all (``resolve`` finds no period in a
-    query without a digit or a time word)."""
-    return _HINT.search(query) is not None
 
 
 @lru_cache(maxsize=1_024)

@@ -25,7 +25,7 @@ from memledger_platform.clock import Clock, SystemClock
 from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.vectorindex.port import MESSAGE_KIND as MESSAGE
 from memledger_platform.vectorindex.port import MESSAGE_LAYER as CONVERSATION
-from memledger_platform.vectorindex.port import OPEN, Hit, Scope, VectorIndex
+from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
 from memledger_query.core import context as packing
 from memledger_query.core import (
     context_views,
@@ -50,7 +50,6 @@ from memledger_query.core.semantic import (
     Refinements,
     Rerank,
     SignalLookup,
-    keyword_hits,
 )
 from memledger_query.core.semantic import search as semantic_search
 from memledger_query.entrypoints import api
@@ -112,10 +111,6 @@ class Semantic:
         # Searches wait on the vector index, which an HNSW build holds for seconds: in a
         # pool of their own, they never hold the threads that reads and writes run in.
         self._searching = ThreadPoolExecutor(SEARCH_THREADS, "search")
-        # A search's policy lookup (a database round trip) runs beside its keyword search,
-        # in a pool of its own: in the search pool, searches waiting on it could hold every
-        # thread it needs.
-        self._gating = ThreadPoolExecutor(SEARCH_THREADS, "search-gates")
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn`` in the search pool (as ``asyncio.to_thread`` would, context and all)."""
@@ -126,17 +121,11 @@ class Semantic:
         """The periods ``query`` names at ``at``, under way (none if time does not count): the
         date parser runs while the index is read (it holds the GIL; the index's process and
         the model do not)."""
-        if self.recipe.time_weight <= 0 or not when.may_name_time(query):
+        if self.recipe.time_weight <= 0:
             done: Future[tuple[when.Period, ...]] = Future()
             done.set_result(())
             return done
         return self._embedding.submit(when.resolve, query, at)
-
-    def gates_soon(self, tenant: str, body: SearchRequest) -> "Future[tuple[bool, bool]]":
-        """Whether ``body`` is audited and whether ``tenant`` has any feedback
-        (``retrievals.search_gates_now``), under way."""
-        return self._gating.submit(contextvars.copy_context().run, retrievals.search_gates_now,
-                                   self.reader, tenant, body.audit, body.spaces)
 
     def embed_soon(self, body: SearchRequest) -> BoundedEmbedding | None:
         """The query's embedding, under way (``None`` if the search does not rank by it)."""
@@ -183,21 +172,15 @@ async def answer_search(semantic: Semantic, tenant: str, actor: str, body: Searc
     # The query's embedding (the longest part of a search) depends on neither the basis nor
     # the audit policy: it is computed while they are waited for and looked up.
     vector = semantic.embed_soon(body)
-    gates: Future[tuple[bool, bool]] | None = None
     try:
         at = await _basis(semantic, body)
         periods = semantic.periods_soon(body.query, at.valid_at)
         await _wait_read_model(semantic, body, at)
-        # Looked up once the read models reached the basis (a policy written before it
-        # counts), while the search thread fetches the keyword hits.
-        gates = semantic.gates_soon(tenant, body)
         audit, body, answer = await semantic.run(_search_as_audited, semantic, tenant,
-                                                 body, at, granted, (vector, periods, gates))
+                                                 body, at, granted, (vector, periods))
     finally:
         if vector is not None:
             vector.future.cancel()  # unless under way (a refused request does not wait)
-        if gates is not None:
-            gates.cancel()
     if not audit:
         return answer
     return await retrievals.record_search(semantic.recorder, tenant, actor, body, granted,
@@ -278,81 +261,43 @@ async def _wait_read_model(semantic: Semantic, body: TimeTravel, at: Basis) -> N
 
 # --- search -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Fetched:
-    """Keyword hits fetched before the search ran, and the layers and recipe they were
-    fetched for."""
-
-    layers: list[Layer]
-    recipe: Recipe
-    hits: list[list[Hit]]
-
-    def hits_for(self, layers: list[Layer], recipe: Recipe) -> list[list[Hit]] | None:
-        return self.hits if layers == self.layers and recipe == self.recipe else None
-
-
-@dataclass(frozen=True)
-class UnderWay:
-    """What a search has under way or at hand before it runs: the query's embedding (else
-    it is computed in the search, within the embed timeout; without it, keywords alone rank:
-    ``degrade``), the periods the query names, and keyword hits fetched already (used if
-    fetched for the search's own layers)."""
-
-    vector: QueryVector = None
-    periods: Periods | None = None
-    keyword: _Fetched | None = None
-
-
 def _search_as_audited(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
                        granted: Sequence[str], under_way: tuple[
-                           BoundedEmbedding | None, "Future[tuple[when.Period, ...]]",
-                           "Future[tuple[bool, bool]]"]
+                           BoundedEmbedding | None, "Future[tuple[when.Period, ...]]"]
                        ) -> tuple[bool, SearchRequest, SearchAnswer]:
     """Whether the search is audited, the request it runs (pinned to its basis if so) and its
-    answer. ``under_way``: the query's embedding, the periods it names and the policy lookup
-    (``Semantic.gates_soon``), being computed. The keyword hits of the unpinned request are
-    fetched meanwhile: an unaudited search uses them, an audited one fetches its own unless
-    pinning left its layers the same."""
-    vector, periods, gates = under_way
-    early = None if gates.done() or body.theme else _keyword_early(semantic, tenant, body,
-                                                                     at, granted)
-    audit, signalled = gates.result()
+    answer: one trip to a worker thread for the policy lookup and the search. ``under_way``:
+    the query's embedding and the periods it names, being computed."""
+    audit, signalled = retrievals.search_gates_now(semantic.reader, tenant, body.audit,
+                                                   body.spaces)
     body = retrievals.pinned(body, at) if audit else body
-    return audit, body, _search(semantic, tenant, body, at, granted,
-                                UnderWay(vector, periods.result, early), signalled=signalled)
-
-
-def _keyword_early(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-                   granted: Sequence[str]) -> _Fetched:
-    layers = _search_layers(tenant, body, at, granted)
-    recipe = _recipe(semantic.recipe, body)
-    return _Fetched(layers, recipe, keyword_hits(semantic.index, body.query, layers, recipe))
+    vector, periods = under_way
+    return audit, body, _search(semantic, tenant, body, at, granted, vector,
+                                signalled=signalled, periods=periods.result)
 
 
 def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
-            granted: Sequence[str] = (), under_way: UnderWay | None = None, *,
-            signalled: bool = True) -> SearchAnswer:
+            granted: Sequence[str] = (), vector: QueryVector = None, *,
+            signalled: bool = True, periods: Periods | None = None) -> SearchAnswer:
     """``granted``: the spaces a limited key may read (empty: the whole tenant), which bound
-    the ecosystem layer. ``under_way``: what the search has under way already (``UnderWay``).
-    ``signalled``: whether the tenant has any feedback (if not, none is looked up)."""
-    given = under_way or UnderWay()
+    the ecosystem layer. ``vector``: the query's embedding, if under way already (else it is
+    computed here, within the embed timeout; without it, keywords alone rank: ``degrade``).
+    ``signalled``: whether the tenant has any feedback (if not, none is looked up).
+    ``periods``: the periods the query names, if under way already."""
     mode = MODES[body.mode]
     threshold = mode.threshold if body.threshold is None else body.threshold
     recipe = _recipe(semantic.recipe, body)
-    vector = given.vector
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.bounded_embedding(body.query)
-    named = _named(body.query, at, recipe, given.periods)
+    named = _named(body.query, at, recipe, periods)
     members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
-    layers = _search_layers(tenant, body, at, granted, members)
-    found = semantic_search(semantic.index, vector, body.query, layers, recipe,
-                            threshold=threshold, now=at.valid_at.timestamp(),
+    found = semantic_search(semantic.index, vector, body.query,
+                            _layers(tenant, body, at, body.k or mode.k, granted, members),
+                            recipe, threshold=threshold, now=at.valid_at.timestamp(),
                             refine=Refinements(
                                 subject=body.subject,
                                 signals=_signals(semantic, tenant, at, recipe, signalled),
-                                periods=named, rerank=semantic.rerank,
-                                keyword=None if given.keyword is None
-                                else given.keyword.hits_for(layers, recipe)))
+                                periods=named, rerank=semantic.rerank))
     ranked = [r for layer in found for r in layer.hits]
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
     hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
@@ -394,11 +339,6 @@ def _signals(semantic: Semantic, tenant: str, at: Basis, recipe: Recipe, signall
     if recipe.utility_weight <= 0 or not signalled:
         return None
     return lambda ids: semantic.reader.run(signal_views.signals, tenant, ids, at.position)
-
-
-def _search_layers(tenant: str, body: SearchRequest, at: Basis, granted: Sequence[str],
-                   members: tuple[str, ...] = ()) -> list[Layer]:
-    return _layers(tenant, body, at, body.k or MODES[body.mode].k, granted, members)
 
 
 def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequence[str],
