@@ -166,11 +166,10 @@ class IndexWriter(Handling):
                 await batch.ack(msgs[:index + 1])  # done: a retry does not erase again
             else:
                 await self._fold_one(batch, msg)
-        await self._write_pending()
+        # what every query process names and waits on, recorded in the same worker-thread
+        # trip as the index write: a thread handoff is a fixed cost of every small batch
+        await self._write_pending(recording=self._fold.position)
         self.written = self._fold.position
-        if self._positions is not None:  # what every query process names and waits on
-            await asyncio.to_thread(self._positions.record_written, self._durable,
-                                    self.written)
         self._written_seq = max(self._written_seq, msgs[-1].metadata.sequence.stream)
         await batch.ack()
         async with self._advanced:
@@ -215,15 +214,12 @@ class IndexWriter(Handling):
             await asyncio.to_thread(self._positions.save, self._durable, seq)
         self._durable_seq = seq
 
-    async def _write_pending(self) -> None:
+    async def _write_pending(self, recording: int | None = None) -> None:
+        """Write what was folded; then, with ``recording``, record that position as written
+        (with ``positions``)."""
         upserts, gone = self._fold.take()
         self._unoptimized += len(upserts)
-        try:
-            await asyncio.to_thread(self._write, upserts, gone)
-        except IndexReopened:
-            raise
-        except Exception as error:  # the index is unavailable: keep the batch, retry
-            raise Transient(f"vector index write: {error!r}") from error
+        await asyncio.to_thread(self._write, upserts, gone, recording)
 
     async def _erase(self, msg: Msg) -> None:
         erased = decode(msg.data, opener=self._open)
@@ -235,9 +231,17 @@ class IndexWriter(Handling):
             await asyncio.to_thread(self._on_erased, tenant, subject, erased.position, removed)
         log.info("vector index erased subject %s of %s: %d points", subject, tenant, removed)
 
-    def _write(self, upserts: list[IndexedPoint], gone: list[str]) -> None:
-        self._index.upsert(upserts)
-        self._index.delete(gone)
+    def _write(self, upserts: list[IndexedPoint], gone: list[str], recording: int | None
+               ) -> None:
+        try:
+            self._index.upsert(upserts)
+            self._index.delete(gone)
+        except IndexReopened:
+            raise
+        except Exception as error:  # the index is unavailable: keep the batch, retry
+            raise Transient(f"vector index write: {error!r}") from error
+        if recording is not None and self._positions is not None:
+            self._positions.record_written(self._durable, recording)
 
     async def _fold_one(self, batch: Batch, msg: Msg) -> None:
         headers = msg.headers or {}
