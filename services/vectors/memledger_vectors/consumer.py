@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -53,21 +54,34 @@ Erased = Callable[[str, str, int, int], None]
 """Called with (tenant, subject, position, points removed) for an erasure receipt."""
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How the projector takes events: up to ``size`` at once and, under a stream of writes,
+    a batch at most every ``pace`` seconds (``Subscription.pace_seconds``): each batch costs an
+    index write, a position record and a fetch whatever it holds."""
+
+    size: int = 256
+    pace: float = 0.0
+
+
 class VectorProjector:
     """The vector projector: a ``Consumer`` of the events stream with an ``IndexWriter``."""
 
     def __init__(self, subjects: Subjects, index: VectorIndex, model: str, *,
-                 batch: int = 256, durable: str = DURABLE, opener: Opener | None = None,
+                 batching: Batching | None = None, durable: str = DURABLE,
+                 opener: Opener | None = None,
                  on_erased: Erased | None = None,
                  positions: ConsumerPositions | None = None) -> None:
         self._subjects = subjects
+        batching = batching or Batching()
         self._writer = IndexWriter(subjects, index, model, durable=durable,
                                    opener=opener or Opener(None), on_erased=on_erased,
                                    positions=positions)
         self._spec = Subscription(
             name="vectors", stream=subjects.events_stream, durable=durable,
-            subject=subjects.all_events, batch=batch, ack_wait=ACK_WAIT_SECONDS,
-            max_ack_pending=batch * 2, start=self._writer.start)
+            subject=subjects.all_events, batch=batching.size, ack_wait=ACK_WAIT_SECONDS,
+            max_ack_pending=batching.size * 2, pace_seconds=batching.pace,
+            start=self._writer.start)
         self._consumer = Consumer(None, subjects, self._spec, self._writer)
 
     @property
