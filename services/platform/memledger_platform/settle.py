@@ -61,8 +61,8 @@ class Batch:
         """Ack ``msgs`` (default: every pending message), their effect committed."""
         done = self._settle(self.pending if msgs is None else msgs)
         if self.acks:
-            # One after another: an ack only queues a publish, and a task each (gather) cost
-            # more than the ack itself, twice per imported item in every consumer.
+            # One after another: an ack only queues a publish for the client's flusher, so a
+            # task each (``gather``) would cost more than the acks themselves.
             for msg in done:
                 await msg.ack()
 
@@ -84,8 +84,7 @@ class Batch:
     async def keep(self) -> None:
         """Keep every pending message in progress (its ack wait starts again)."""
         if self.acks:
-            for msg in self.pending:  # queued publishes, as acks are
-                await msg.in_progress()
+            await asyncio.gather(*(m.in_progress() for m in self.pending))
 
     def _settle(self, msgs: Sequence[Msg]) -> list[Msg]:
         done = [m for m in msgs if id(m) not in self.settled]
