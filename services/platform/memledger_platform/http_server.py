@@ -12,6 +12,8 @@ from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
 
+KEEP_ALIVE_SECONDS = 75
+
 
 class PortBusyError(RuntimeError):
     """The configured port is taken; the message names the setting to change."""
@@ -54,8 +56,11 @@ def address(sock: socket.socket) -> str:
 
 async def serve(app: ASGIApp, sock: socket.socket, stop: asyncio.Event) -> None:
     """Serve until ``stop`` is set, then finish in-flight requests and return."""
+    # Idle connections stay open longer than clients keep theirs (aiohttp 15 s, proxies up to
+    # 60 s), so the client closes first: a server closing at 5 s races a client reusing the
+    # connection for its next request, which then fails with "server disconnected".
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=10)
+                            timeout_graceful_shutdown=10, timeout_keep_alive=KEEP_ALIVE_SECONDS)
     server = uvicorn.Server(config)
     # The process owner (``memledger up``) handles signals and sets ``stop``.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign, assignment]

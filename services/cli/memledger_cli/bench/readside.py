@@ -146,10 +146,12 @@ def _history_commands(versions: int) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
+    # Built before any request: building a million takes seconds, long enough for the
+    # server to close the idle keep-alive connection the next request would reuse.
+    commands, items = _history_commands(args.versions)
     with Steps(total=5) as steps, private_server() as server:
         async with aiohttp.ClientSession(server.url) as http:
             await post(http, "/v1/spaces", {"space_id": SPACE})
-            commands, items = _history_commands(args.versions)
             steps.step(f"loading {len(commands)} versions")
             with Bar("load", len(commands)) as bar:
                 results = await load(http, commands, progress=bar.update)
