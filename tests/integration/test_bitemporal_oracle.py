@@ -7,7 +7,7 @@ from PostgreSQL between batches), and read back through the query service's HTTP
 recorded_at, history, and the change feeds."""
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -214,38 +214,12 @@ class Dice:
         return low + int(next(self._numbers) * (high - low + 1))
 
 
-EXAMPLES, LONG_EXAMPLES = 100, 500
-"""Random histories checked in ``make test``, and in the longer run (``make test-faults``)."""
-
-
-def _examples(count: int) -> Callable[[T], T]:
-    return settings(max_examples=count, deadline=None, suppress_health_check=[
-        HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-
-
-_drawn = given(operations=histories(), sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-               dice=st.lists(st.floats(0, 1, exclude_max=True), min_size=48,
-                             max_size=48).map(Dice))
-
-
-@_examples(EXAMPLES)
-@_drawn
+@settings(max_examples=500, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(operations=histories(), sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+       dice=st.lists(st.floats(0, 1, exclude_max=True), min_size=48, max_size=48).map(Dice))
 async def test_every_read_agrees_with_an_independent_point_wise_model(
         world: World, operations: list[c.CommandBase], sizes: list[int], dice: Dice) -> None:
-    await _agrees(world, operations, sizes, dice)
-
-
-@pytest.mark.faults
-@pytest.mark.timeout(1_800)
-@_examples(LONG_EXAMPLES)
-@_drawn
-async def test_every_read_agrees_with_the_model_over_more_histories(
-        world: World, operations: list[c.CommandBase], sizes: list[int], dice: Dice) -> None:
-    await _agrees(world, operations, sizes, dice)
-
-
-async def _agrees(world: World, operations: list[c.CommandBase], sizes: list[int], dice: Dice
-                  ) -> None:
     tenant = f"o{next(_tenants)}"
     reads = ReadBack(world.http, tenant, SPACE, await _history(world, tenant, operations))
     probes = reads.oracle.probes()
