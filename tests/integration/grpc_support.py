@@ -37,7 +37,7 @@ from memledger_query import bootstrap
 from memledger_relay.relay import Relay
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc, query_pb2_grpc
 from memledger_schemas.subjects import Subjects
-from memledger_vectors.consumer import VectorProjector
+from memledger_vectors.consumer import Batching, VectorProjector
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
 
@@ -67,7 +67,8 @@ async def both_apis(dsn: str, store: PostgresEventStore, base: str,
     settings = Settings(postgres_schema=base, nats_prefix=subjects.prefix, embedder="hashing",
                         home=vectors_dir.parent)
     index = QdrantEdgeVectorIndex(vectors_dir, embedder.dims)
-    vectors = VectorProjector(subjects, index, embedder.model_id, batch=settings.vector_batch)
+    vectors = VectorProjector(subjects, index, embedder.model_id,
+                              batching=Batching(settings.vector_batch))
     query = await asyncio.to_thread(bootstrap.build, settings, dsn, embedder=embedder,
                                     index=index, progress=vectors)
     stop = asyncio.Event()

@@ -36,7 +36,7 @@ from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_relay.relay import Relay
 from memledger_schemas.commands import CommandBase
 from memledger_schemas.subjects import Subjects
-from memledger_vectors.consumer import VectorProjector
+from memledger_vectors.consumer import Batching, VectorProjector
 
 
 @dataclass
@@ -105,7 +105,7 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
         with pool.connection() as conn:
             receipts.record(conn, base, tenant, subject, position, "vectors", {"points": points})
 
-    vectors = VectorProjector(subjects, index, embedder.model_id, batch=64,
+    vectors = VectorProjector(subjects, index, embedder.model_id, batching=Batching(64),
                               opener=Opener(keyring), on_erased=erased)
     reader = Reader(pool, names)
     app = create_app(reader, store, "default", gate, Opener(keyring))

@@ -44,7 +44,7 @@ from memledger_platform.vectorindex.remote import SocketVectorIndex
 from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
-from memledger_vectors.consumer import DURABLE, VectorProjector
+from memledger_vectors.consumer import DURABLE, Batching, VectorProjector
 from tests.support import eventually
 from tests.unit.test_vector_index import NOW, VectorIndexContract, X, Y, ids, now, point
 
@@ -226,7 +226,7 @@ async def test_a_projector_whose_index_lost_its_unflushed_writes_derives_them_ag
         engines.postgres_dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
     index, stop = LosingIndex(), asyncio.Event()
     positions = ConsumerPositions(pool, pg_schema)
-    vectors = VectorProjector(subjects, index, HashingEmbedder.model_id, batch=4,
+    vectors = VectorProjector(subjects, index, HashingEmbedder.model_id, batching=Batching(4),
                               positions=positions)
     running = asyncio.create_task(vectors.run(js, stop))
     try:

@@ -38,7 +38,7 @@ from memledger_query.entrypoints.semantic_http import Semantic
 from memledger_relay.relay import Relay
 from memledger_schemas import commands as c
 from memledger_schemas.subjects import Subjects
-from memledger_vectors.consumer import VectorProjector
+from memledger_vectors.consumer import Batching, VectorProjector
 from tests.integration.events_support import envelope
 from tests.integration.nats_support import stream_messages
 from tests.integration.read_support import drop_read_models
@@ -120,7 +120,7 @@ async def system(engines: Endpoints, pg_schema: str, event_store: PostgresEventS
                     index_label="test index", model=EMBEDDER.model_id)
     await _relay_all(target)
     stop = asyncio.Event()
-    vectors = VectorProjector(subjects, index, EMBEDDER.model_id, batch=64)
+    vectors = VectorProjector(subjects, index, EMBEDDER.model_id, batching=Batching(64))
     projector = Projector(lambda: store.tune(psycopg.connect(engines.postgres_dsn,
                                                              autocommit=True)),
                           js, subjects, names, batch=50)

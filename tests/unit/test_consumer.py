@@ -231,3 +231,62 @@ async def test_messages_fetched_as_one_batch_can_be_settled_one_by_one(ordered: 
 
     assert sorted(handler.seen) == [[1], [2], [3]]
     assert [m.settled for m in msgs] == [["ack"], ["term"], ["ack"]]
+
+
+
+class ArrivingSub(FakeSub):
+    """Each message can be fetched from its arrival on (seconds after the first fetch)."""
+
+    def __init__(self, arrivals: list[tuple[float, FakeMsg]]) -> None:
+        super().__init__([])
+        self.arrivals = arrivals
+        self.start: float | None = None
+
+    async def fetch(self, batch: int, timeout: float) -> list[FakeMsg]:  # noqa: ASYNC109
+        loop = asyncio.get_running_loop()
+        self.start = loop.time() if self.start is None else self.start
+        if not self.arrivals:
+            await asyncio.sleep(0)
+            raise TimeoutError
+        first_at = self.start + self.arrivals[0][0]
+        if first_at - loop.time() > timeout:
+            await asyncio.sleep(timeout)
+            raise TimeoutError
+        await asyncio.sleep(max(0.0, first_at - loop.time()))
+        now = loop.time() - self.start
+        taken = [m for at, m in self.arrivals if at <= now][:batch]
+        self.arrivals = self.arrivals[len(taken):]
+        return taken
+
+
+async def handled_as_they_arrive(pace: float) -> list[list[int]]:
+    """Message 1 at once, 2 soon after, 3 and 4 a while later."""
+    sub = ArrivingSub([(0.0, FakeMsg(1)), (0.05, FakeMsg(2)), (0.3, FakeMsg(3)),
+                       (0.3, FakeMsg(4))])
+    handler, stop, js = Recorder(), asyncio.Event(), FakeJs([])
+
+    async def pull_subscribe(*_: Any, **__: Any) -> ArrivingSub:
+        return sub
+
+    js.pull_subscribe = pull_subscribe  # type: ignore[method-assign]
+    consumer = Consumer(js, SUBJECTS, spec(pace_seconds=pace), handler)  # type: ignore[arg-type]
+    running = asyncio.create_task(consumer.run(stop))
+
+    async def all_handled() -> None:
+        assert sum(map(len, handler.seen)) == 4
+
+    try:
+        await eventually(all_handled)
+    finally:
+        stop.set()
+        await running
+    return handler.seen
+
+
+async def test_a_batch_soon_after_the_last_waits_out_the_pace_and_takes_what_arrived() -> None:
+    # the first, after a quiet spell, is taken at once; the next waits for the others
+    assert await handled_as_they_arrive(pace=0.6) == [[1], [2, 3, 4]]
+
+
+async def test_without_a_pace_a_message_is_taken_as_soon_as_it_arrives() -> None:
+    assert await handled_as_they_arrive(pace=0.0) == [[1], [2], [3, 4]]

@@ -14,6 +14,8 @@ from memledger_platform.crypto import (
     ERASED,
     PERSONAL,
     MemoryKeyring,
+    Opener,
+    combined,
     is_sealed,
     new_key,
     open_document,
@@ -54,6 +56,26 @@ def test_a_sealed_field_opens_with_its_key_and_to_a_placeholder_without() -> Non
     assert keyring.destroy("acme", "user-7") == [key.key_id]
     erased = open_document(_document(sealed), keyring.key)["payload"]
     assert erased == {**payload, "content": ERASED, "triple": None}
+
+
+def test_an_opener_for_a_run_keeps_its_ciphers_until_it_opens_their_subjects_erasure() -> None:
+    keyring = MemoryKeyring()
+    one, other = (keyring.for_writing("acme", who, "main") for who in ("u1", "u2"))
+    alone = _document(seal_payload({"content": SECRET}, "memory.asserted", "e1", one))
+    both = _document(seal_payload({"content": SECRET}, "memory.asserted", "e1",
+                                  combined([one, other])))
+    kept = _document(seal_payload({"content": SECRET}, "memory.asserted", "e1", other))
+    run = Opener(keyring).for_run()
+    for document in (alone, both, kept):
+        assert run(document)["payload"]["content"] == SECRET
+    keyring.destroy("acme", "u1")
+    # as the keyring's own cache would: the key is gone once the log says so
+    assert run(alone)["payload"]["content"] == SECRET
+    run({"event_id": "e2", "event_type": "subject.erased", "payload": {"key_id": one.key_id}})
+    assert run(alone)["payload"]["content"] == ERASED
+    assert run(both)["payload"]["content"] == ERASED
+    assert run(kept)["payload"]["content"] == SECRET
+    assert Opener(keyring)(alone)["payload"]["content"] == ERASED
 
 
 def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_itself() -> None:

@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,10 +140,11 @@ class PipelinedPublisher:
             future.set_result(Ack(body["stream"], body["seq"], body.get("duplicate", False)))
 
 
-async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, wait: float
-                      ) -> list[Msg]:
+async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, wait: float,
+                      until: float = 0.0) -> list[Msg]:
     """The next messages of a pull consumer, as soon as there is one: wait up to ``wait`` for
-    the first, then take what is already there (up to ``batch``) without lingering.
+    the first, then take what is already there (up to ``batch``) without lingering; but not
+    before ``until`` (``time.monotonic``), so that what arrives meanwhile is taken too.
 
     (``sub.fetch(batch)`` alone lingers until ``batch`` messages arrive or its timeout ends:
     under light load every message would wait the whole timeout.)"""
@@ -152,8 +154,14 @@ async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, wait: 
         return []
     if batch <= 1:
         return first
+    if (early := until - time.monotonic()) > 0:
+        await asyncio.sleep(early)
+    return first + await fetch_more(sub, batch - 1)
+
+
+async def fetch_more(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+    """Up to ``batch`` messages of a pull consumer that are there now (or within a moment)."""
     try:
-        rest = await sub.fetch(batch - 1, timeout=_DRAIN_SECONDS)
+        return await sub.fetch(batch, timeout=_DRAIN_SECONDS)
     except TimeoutError:
-        rest = []
-    return first + rest
+        return []

@@ -24,6 +24,7 @@ Each batch is handled inside the consumer's telemetry span and log fields.
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -86,6 +87,11 @@ class Subscription:
     in place, a batch that skips messages resubscribes (without ``filter_subjects``)."""
     in_flight: int = 1
     """Unordered: how many batches are handled at once."""
+    pace_seconds: float = 0.0
+    """A batch whose first message comes within ``pace_seconds`` of the previous batch waits
+    out the rest and takes what arrived meanwhile too, so that a stream of small deliveries
+    shares each batch's fixed cost; a message after a quiet spell is taken at once (0: never
+    waits)."""
     each: bool = False
     """Each message is a batch of its own (fetched together, settled one by one)."""
     acks: bool = True
@@ -136,6 +142,8 @@ class Consumer:
         self.dead_letters = DeadLetters(js, subjects, spec.name, spec.dead_letter_level)
         self._next_seq = 0
         """The stream sequence the next batch must start at (0: not known)."""
+        self._taken_at = -float("inf")
+        """When the last batch was taken (``time.monotonic``), for ``pace_seconds``."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, resubscribing as the policy says."""
@@ -210,10 +218,13 @@ class Consumer:
                 if len(under_way) >= self._spec.in_flight:
                     await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                msgs = await fetch_ready(sub, self._spec.batch, wait=0.5)
+                msgs = await fetch_ready(sub, self._spec.batch, wait=0.5,
+                                         until=self._taken_at + self._spec.pace_seconds)
                 if not msgs:
                     await self._handler.idle()
-                elif self._spec.ordered:
+                    continue
+                self._taken_at = time.monotonic()
+                if self._spec.ordered:
                     await self._ordered(msgs, stop)
                 else:
                     task = asyncio.create_task(self._unordered(msgs, stop))

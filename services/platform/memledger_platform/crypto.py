@@ -231,10 +231,18 @@ _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 """``base64.urlsafe_b64decode``'s alphabet, for ``binascii`` (a third of its time)."""
 
 
-def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None]
-                  ) -> dict[str, Any]:
+Ciphers = dict[str, AESGCM | None]
+"""AES-GCM ciphers by key id (``None``: the key is gone), each made once for a run of
+documents (a rebuild's fold): making one cost as much as the decryption itself. Such a
+cache holds its keys as long as it lives: only for a run, and cleared of erased keys
+(``Opener.for_run``)."""
+
+
+def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None],
+                  ciphers: Ciphers | None = None) -> dict[str, Any]:
     """The event document with its sealed fields opened, or replaced by their placeholders
-    when the key is gone. Unsealed documents are returned as they are."""
+    when the key is gone. Unsealed documents are returned as they are. ``ciphers``: where
+    the ciphers of this run are kept (none: each field makes its own)."""
     payload = document.get("payload")
     fields = PERSONAL.get(document.get("event_type", ""))
     if fields is None or not isinstance(payload, dict):
@@ -247,17 +255,24 @@ def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None
         if isinstance(value, str) and value.startswith(PREFIX):
             if opened is None:
                 opened = dict(payload)
-            opened[name] = _open(value, f"{document['event_id']}/{name}", key_of, placeholder)
+            opened[name] = _open(value, f"{document['event_id']}/{name}", key_of, placeholder,
+                                 ciphers)
     return document if opened is None else {**document, "payload": opened}
 
 
-def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any) -> Any:
+def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any,
+          ciphers: Ciphers | None) -> Any:
     key_id, _, box = value[len(PREFIX):].partition(":")
-    key = key_of_id(key_id, key_of)
-    if key is None:
+    if ciphers is None:
+        key = key_of_id(key_id, key_of)
+        cipher = None if key is None else AESGCM(key)
+    elif (cipher := ciphers.get(key_id)) is None and key_id not in ciphers:
+        key = key_of_id(key_id, key_of)
+        cipher = ciphers[key_id] = None if key is None else AESGCM(key)
+    if cipher is None:
         return placeholder
     raw = binascii.a2b_base64(box.encode().translate(_FROM_URLSAFE) + b"=" * (-len(box) % 4))
-    return _value(AESGCM(key).decrypt(raw[:12], raw[12:], aad.encode()))
+    return _value(cipher.decrypt(raw[:12], raw[12:], aad.encode()))
 
 
 _SEALED_KEY_ID = re.compile(rb'"' + re.escape(PREFIX.encode()) + rb'([^:"]+):')
@@ -320,13 +335,25 @@ class Opener:
     read after the erasure opens with them. Without a keyring, documents pass unchanged and
     sealed fields open to their placeholders."""
 
-    def __init__(self, keyring: Keyring | None) -> None:
+    def __init__(self, keyring: Keyring | None, ciphers: Ciphers | None = None) -> None:
         self._keyring = keyring
+        self._ciphers = ciphers
+
+    def for_run(self) -> "Opener":
+        """An opener with the same keyring for one run of many events (a rebuild), which
+        makes each key's cipher once: drop it once the run is done. It forgets a key's cipher
+        as it forgets the key, on the ``subject.erased`` it opens."""
+        return Opener(self._keyring, {})
 
     def __call__(self, document: dict[str, Any]) -> dict[str, Any]:
         if document.get("event_type") == EventType.SUBJECT_ERASED and self._keyring is not None:
-            self._keyring.forget(str(document["payload"].get("key_id", "")).split(","))
-        return open_document(document, self._keyring.key if self._keyring else _no_key)
+            erased = str(document["payload"].get("key_id", "")).split(",")
+            self._keyring.forget(erased)
+            if self._ciphers:  # a combined key's id names each of its parts
+                for key_id in [k for k in self._ciphers if set(k.split(COMBINED)) & set(erased)]:
+                    del self._ciphers[key_id]
+        return open_document(document, self._keyring.key if self._keyring else _no_key,
+                             self._ciphers)
 
     def keys(self, key_ids: Collection[str]) -> dict[str, bytes | None]:
         """The keys with these ids as this opener would use them now (``None``: destroyed,

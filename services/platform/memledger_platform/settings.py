@@ -179,6 +179,10 @@ class Settings(BaseSettings):
                                    description="the Qdrant collection (distributed mode)")
     vector_batch: int = Field(default=256, ge=1, le=10_000,
                               description="events per vector-index write")
+    vector_pace_ms: float = Field(
+        default=20.0, ge=0, le=1_000, description="under a stream of writes, the vector "
+        "projector takes a batch at most this often, so that a burst of single writes shares "
+        "one index write; a write after a quiet spell is taken at once (0: never waits)")
 
     stop_grace_seconds: float = Field(
         default=10.0, gt=0, le=600, description="how long a service may take to stop after "

@@ -30,7 +30,7 @@ from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import open_index, projector_durable
 from memledger_platform.vectorindex.port import IndexUnavailable, VectorIndex
 from memledger_platform.vectorindex.process import ProcessVectorIndex
-from memledger_vectors.consumer import VectorProjector
+from memledger_vectors.consumer import Batching, VectorProjector
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ async def _serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Even
         # writer, so every partition, whatever MEMLEDGER_EVENT_PARTITION says)
         streams = settings.subjects.every_partition()
         projectors = [VectorProjector(
-            subjects, index, model.model_id, batch=settings.vector_batch,
+            subjects, index, model.model_id,
+            batching=Batching(settings.vector_batch, settings.vector_pace_ms / 1000),
             durable=projector_durable(model.model_id, subjects.partition
                                       if subjects.partitioned else None),
             opener=Opener(keyring), on_erased=_receipts(pool, settings.postgres_schema),

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -53,21 +54,34 @@ Erased = Callable[[str, str, int, int], None]
 """Called with (tenant, subject, position, points removed) for an erasure receipt."""
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How the projector takes events: up to ``size`` at once and, under a stream of writes,
+    a batch at most every ``pace`` seconds (``Subscription.pace_seconds``): each batch costs an
+    index write, a position record and a fetch whatever it holds."""
+
+    size: int = 256
+    pace: float = 0.0
+
+
 class VectorProjector:
     """The vector projector: a ``Consumer`` of the events stream with an ``IndexWriter``."""
 
     def __init__(self, subjects: Subjects, index: VectorIndex, model: str, *,
-                 batch: int = 256, durable: str = DURABLE, opener: Opener | None = None,
+                 batching: Batching | None = None, durable: str = DURABLE,
+                 opener: Opener | None = None,
                  on_erased: Erased | None = None,
                  positions: ConsumerPositions | None = None) -> None:
         self._subjects = subjects
+        batching = batching or Batching()
         self._writer = IndexWriter(subjects, index, model, durable=durable,
                                    opener=opener or Opener(None), on_erased=on_erased,
                                    positions=positions)
         self._spec = Subscription(
             name="vectors", stream=subjects.events_stream, durable=durable,
-            subject=subjects.all_events, batch=batch, ack_wait=ACK_WAIT_SECONDS,
-            max_ack_pending=batch * 2, start=self._writer.start)
+            subject=subjects.all_events, batch=batching.size, ack_wait=ACK_WAIT_SECONDS,
+            max_ack_pending=batching.size * 2, pace_seconds=batching.pace,
+            start=self._writer.start)
         self._consumer = Consumer(None, subjects, self._spec, self._writer)
 
     @property
@@ -166,11 +180,10 @@ class IndexWriter(Handling):
                 await batch.ack(msgs[:index + 1])  # done: a retry does not erase again
             else:
                 await self._fold_one(batch, msg)
-        await self._write_pending()
+        # what every query process names and waits on, recorded in the same worker-thread
+        # trip as the index write: a thread handoff is a fixed cost of every small batch
+        await self._write_pending(recording=self._fold.position)
         self.written = self._fold.position
-        if self._positions is not None:  # what every query process names and waits on
-            await asyncio.to_thread(self._positions.record_written, self._durable,
-                                    self.written)
         self._written_seq = max(self._written_seq, msgs[-1].metadata.sequence.stream)
         await batch.ack()
         async with self._advanced:
@@ -215,15 +228,12 @@ class IndexWriter(Handling):
             await asyncio.to_thread(self._positions.save, self._durable, seq)
         self._durable_seq = seq
 
-    async def _write_pending(self) -> None:
+    async def _write_pending(self, recording: int | None = None) -> None:
+        """Write what was folded; then, with ``recording``, record that position as written
+        (with ``positions``)."""
         upserts, gone = self._fold.take()
         self._unoptimized += len(upserts)
-        try:
-            await asyncio.to_thread(self._write, upserts, gone)
-        except IndexReopened:
-            raise
-        except Exception as error:  # the index is unavailable: keep the batch, retry
-            raise Transient(f"vector index write: {error!r}") from error
+        await asyncio.to_thread(self._write, upserts, gone, recording)
 
     async def _erase(self, msg: Msg) -> None:
         erased = decode(msg.data, opener=self._open)
@@ -235,9 +245,17 @@ class IndexWriter(Handling):
             await asyncio.to_thread(self._on_erased, tenant, subject, erased.position, removed)
         log.info("vector index erased subject %s of %s: %d points", subject, tenant, removed)
 
-    def _write(self, upserts: list[IndexedPoint], gone: list[str]) -> None:
-        self._index.upsert(upserts)
-        self._index.delete(gone)
+    def _write(self, upserts: list[IndexedPoint], gone: list[str], recording: int | None
+               ) -> None:
+        try:
+            self._index.upsert(upserts)
+            self._index.delete(gone)
+        except IndexReopened:
+            raise
+        except Exception as error:  # the index is unavailable: keep the batch, retry
+            raise Transient(f"vector index write: {error!r}") from error
+        if recording is not None and self._positions is not None:
+            self._positions.record_written(self._durable, recording)
 
     async def _fold_one(self, batch: Batch, msg: Msg) -> None:
         headers = msg.headers or {}

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import psycopg
 
-from memledger_platform.crypto import open_document, sealed_key_ids
+from memledger_platform.crypto import Ciphers, open_document, sealed_key_ids
 from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_platform.readmodel.projection import Key
 from memledger_projector.core import store
@@ -234,7 +234,8 @@ class _Share:
 
 def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Keys | None",
           requests: IO[bytes], reply: Callable[..., None]) -> None:
-    opener = (lambda d: open_document(d, keys.key)) if keys is not None else None
+    ciphers: Ciphers = {}  # keys are served once (``_Keys``): their ciphers are made once too
+    opener = (lambda d: open_document(d, keys.key, ciphers)) if keys is not None else None
     loader, written = Loader(conn, target, opener), False
     with conn.transaction():
         try:

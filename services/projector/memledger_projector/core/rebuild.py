@@ -112,9 +112,11 @@ class _Log:
 
 def _sealed(event_store: EventStore) -> tuple[EventStore, Opener | None]:
     # Opening as the fold parses saves the opened store's parse and re-encoding of every
-    # sealed event, and lets the fold worker open its own share.
+    # sealed event, and lets the fold worker open its own share; each key's cipher is made
+    # once for the rebuild.
     if isinstance(event_store, OpenedEventStore):
-        return event_store.sealed
+        sealed, opener = event_store.sealed
+        return sealed, opener.for_run()
     return event_store, None
 
 
