@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,10 +107,25 @@ def started(home: Path, **env: str) -> Iterator[Running]:
             running.stop()
 
 
+@pytest.fixture(scope="module")
+def memledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """One ``memledger up`` for a module's tests (a start is most of an e2e test's time): each
+    test writes into a space of its own (``space``)."""
+    with started(tmp_path_factory.mktemp("up") / "home") as running:
+        yield running
+
+
 @pytest.fixture
-def memledger(tmp_path: Path) -> Iterator[Running]:
+def fresh_memledger(tmp_path: Path) -> Iterator[Running]:
+    """A ``memledger up`` of this test's own, for one that reads the whole log or index."""
     with started(tmp_path / "home") as running:
         yield running
+
+
+@pytest.fixture
+def space() -> str:
+    """A space name of this test's own."""
+    return f"s{uuid.uuid4().hex[:12]}"
 
 
 def _assert_healthy(url: str) -> None:

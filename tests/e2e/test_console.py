@@ -31,6 +31,12 @@ MARKUP = '<img src=x onerror="document.title=\'pwned\'">Alice <b>works</b> at Ac
 
 
 @pytest.fixture
+def memledger(fresh_memledger: Running) -> Running:
+    """A ``memledger up`` of each test's own: the changes feed is read from its first event."""
+    return fresh_memledger
+
+
+@pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

@@ -29,11 +29,11 @@ def _status_json(home: Path) -> dict[str, Any]:
     return document
 
 
-def _write(url: str, contents: list[str]) -> int:
-    httpx.post(f"{url}/v1/spaces", json={"space_id": "status"}, timeout=10)
+def _write(url: str, contents: list[str], space: str) -> int:
+    httpx.post(f"{url}/v1/spaces", json={"space_id": space}, timeout=10)
     position = 0
     for content in contents:
-        response = httpx.post(f"{url}/v1/spaces/status/memories",
+        response = httpx.post(f"{url}/v1/spaces/{space}/memories",
                               json={"kind": "fact", "content": content}, timeout=10)
         assert response.status_code == 201, response.text
         position = response.json()["position"]
@@ -54,8 +54,11 @@ def _caught_up(home: Path, written: int) -> dict[str, Any]:
     return eventually_sync(check, timeout=120, interval=1.0)
 
 
-def test_status_reports_zero_lag_and_every_consumer_after_writes(memledger: Running) -> None:
-    written = _write(memledger.url, ["The sky is blue", "Grass is green", "Snow is white"])
+def test_status_reports_zero_lag_and_every_consumer_after_writes(memledger: Running,
+                                                                 space: str) -> None:
+    letters = _status_json(memledger.home)["dead_letters"]
+    written = _write(memledger.url, ["The sky is blue", "Grass is green", "Snow is white"],
+                     space)
     status = _caught_up(memledger.home, written)
     assert status["relay"]["lag"] == 0
     assert status["relay"]["relayed_position"] == status["committed_position"]
@@ -67,11 +70,14 @@ def test_status_reports_zero_lag_and_every_consumer_after_writes(memledger: Runn
                      ("MEMLEDGER_INTAKE", "ingest")}
     assert {c["name"] for c in status["consumers"]} >= {"projector-postgres", "ingest-intake"}
     assert all(c["pending"] == 0 and c["ack_pending"] == 0 for c in status["consumers"])
-    assert status["dead_letters"] == {"stream": "MEMLEDGER_DLQ", "total": 0, "by_subject": {}}
+    assert letters["stream"] == "MEMLEDGER_DLQ"
+    assert status["dead_letters"] == letters  # the writes added none
 
 
-def test_status_prints_plain_lines_when_not_on_a_terminal(memledger: Running) -> None:
-    _caught_up(memledger.home, _write(memledger.url, ["Water boils at 100 degrees at sea level"]))
+def test_status_prints_plain_lines_when_not_on_a_terminal(memledger: Running, space: str
+                                                          ) -> None:
+    _caught_up(memledger.home, _write(memledger.url, ["Water boils at 100 degrees at sea level"],
+                                      space))
     lines = _status(memledger.home).stdout.splitlines()
     assert any(line.startswith("relay: stream=MEMLEDGER_EVENTS ") and line.endswith(" lag=0")
                for line in lines), lines
@@ -81,6 +87,8 @@ def test_status_prints_plain_lines_when_not_on_a_terminal(memledger: Running) ->
 
 
 async def test_status_counts_dead_letters_per_subject(memledger: Running) -> None:
+    before = _status_json(memledger.home)["dead_letters"]
+    subject = "memledger.dlq.intake.default"
     nc = await nats.connect(memledger.nats_url)
     try:
         js = nc.jetstream()
@@ -91,8 +99,9 @@ async def test_status_counts_dead_letters_per_subject(memledger: Running) -> Non
 
     async def counted() -> None:
         letters = _status_json(memledger.home)["dead_letters"]
-        assert letters["by_subject"] == {"memledger.dlq.intake.default": 2}
-        assert letters["total"] == 2
+        assert letters["by_subject"] == {**before["by_subject"],
+                                         subject: before["by_subject"].get(subject, 0) + 2}
+        assert letters["total"] == before["total"] + 2
 
     await eventually(counted, timeout=60, interval=1.0)
 

@@ -22,7 +22,11 @@ from memledger_platform.eventstore import (
     StreamConflict,
 )
 from memledger_platform.eventstore.port import NewEvent
+from memledger_schemas.subjects import partition_of
 from tests.integration.events_support import envelope, read_everything
+
+OTHER_TENANT = "wayne"
+"""A tenant whose partition of two is not acme's."""
 
 
 def key_record(tenant: str, key: str, stream_id: UUID, first: int, last: int,
@@ -36,11 +40,16 @@ def positions(committed: Sequence[Committed] | Sequence[RecordedEvent]) -> list[
 
 
 class EventStoreContract:
-    """Every test receives ``store``: an empty ``EventStore`` owned by the subclass."""
+    """Every test receives ``store``: an empty ``EventStore`` owned by the subclass (one
+    partition), or ``two_partitions``: an empty one of its adapter split in two by tenant."""
 
     @pytest.fixture
     def store(self) -> EventStore:
         raise NotImplementedError("a subclass provides the store under test")
+
+    @pytest.fixture
+    def two_partitions(self) -> EventStore:
+        raise NotImplementedError("a subclass provides a store of two partitions")
 
     # --- positions and time ---------------------------------------------------------------
 
@@ -150,6 +159,38 @@ class EventStoreContract:
         store.append([envelope(stream, 1)])
 
         assert [e.stream_version for e in store.read_streams([stream])[stream]] == [1, 2]
+
+    # --- partitions ------------------------------------------------------------------------
+
+    def test_with_one_partition_every_event_is_in_partition_zero(self, store: EventStore
+                                                                  ) -> None:
+        store.append([envelope(uuid4(), 1), envelope(uuid4(), 1, tenant=OTHER_TENANT)])
+        store.append([envelope(uuid4(), 1, tenant=OTHER_TENANT)])
+
+        assert store.read_partition(0, 0, 10) == store.read_all(0, 10)
+        assert len(store.read_partition(0, 0, 10)) == 3
+        assert store.read_partition(1, 0, 10) == []
+
+    def test_read_partition_pages_through_the_events_of_its_tenants_only(
+            self, two_partitions: EventStore) -> None:
+        store = two_partitions
+        assert partition_of("acme", 2) != partition_of(OTHER_TENANT, 2)  # the test's premise
+        for round_ in range(4):
+            store.append([envelope(uuid4(), 1, tenant=("acme", OTHER_TENANT)[n % 2])
+                          for n in range(round_, round_ + 5)])
+        everything = store.read_all(0, 100)
+
+        for tenant in ("acme", OTHER_TENANT):
+            partition = partition_of(tenant, 2)
+            paged: list[RecordedEvent] = []
+            while page := store.read_partition(partition, paged[-1].position if paged else 0,
+                                               3):
+                assert len(page) <= 3
+                paged.extend(page)
+            assert paged == [e for e in everything if e.fields()["tenant_id"] == tenant]
+            assert len(paged) == 10
+            assert store.read_partition(partition, paged[4].position, 2) == paged[5:7]
+            assert store.read_partition(partition, paged[-1].position, 10) == []
 
     # --- optimistic concurrency and atomicity ---------------------------------------------
 

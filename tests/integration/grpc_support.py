@@ -4,6 +4,8 @@ server with both servicers, on the writer, relay, projector and vector projector
 test's own schema and streams."""
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,10 +24,10 @@ from starlette.routing import Mount
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_ingest.entrypoints import grpc_api as ingest_grpc
 from memledger_ingest.entrypoints.http import create_app
-from memledger_platform import grpc_server
+from memledger_platform import bus, grpc_server
 from memledger_platform.auth import Gate
 from memledger_platform.embedding.embedder import HashingEmbedder
-from memledger_platform.eventstore.postgres import PostgresEventStore
+from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.readmodel import schema
 from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
@@ -36,6 +38,7 @@ from memledger_relay.relay import Relay
 from memledger_schemas.grpc.v1 import ingest_pb2_grpc, query_pb2_grpc
 from memledger_schemas.subjects import Subjects
 from memledger_vectors.consumer import Batching, VectorProjector
+from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
 
 TENANT = "acme"
@@ -93,6 +96,31 @@ async def both_apis(dsn: str, store: PostgresEventStore, base: str,
         await asyncio.to_thread(query.close)
         with psycopg.connect(dsn, autocommit=True) as conn:
             drop_read_models(conn, base)
+
+
+@asynccontextmanager
+async def apis_of_their_own(dsn: str, nats_url: str, home: Path) -> AsyncIterator[Apis]:
+    """``both_apis`` on a schema, streams and writer of their own (made here, dropped after):
+    for a module whose tests share one pipeline (each test's own would be started per test)."""
+    base, subjects = f"t_{uuid.uuid4().hex[:12]}", Subjects(prefix=f"t{uuid.uuid4().hex[:10]}")
+    store = PostgresEventStore(datastore_from_dsn(dsn, schema=base))
+    store.create_tables()
+    nc = await bus.connect(nats_url, "memledger-test")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, subjects)
+    try:
+        async with running(GroupCommitWriter(store)) as writer, \
+                both_apis(dsn, store, base, (nc, js), subjects, writer, home / "vectors") as found:
+            yield found
+    finally:
+        for name in (subjects.events_stream, subjects.intake_stream,
+                     subjects.dead_letter_stream):
+            with contextlib.suppress(Exception):
+                await js.delete_stream(name)
+        await nc.close()
+        store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{base}" CASCADE')
 
 
 def as_message(body: dict[str, Any], message: M) -> M:

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from psycopg_pool import ConnectionPool
 
-from memledger_enricher.service import Enricher
+from memledger_enricher.service import Enricher, Reading
 from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_ingest.entrypoints.http import create_app as create_ingest_app
 from memledger_ingest.entrypoints.intake import Intake
@@ -98,7 +98,8 @@ async def pipeline(dsn: str, store: PostgresEventStore, base: str, nats: tuple[C
                       for service in ("enricher", "query"))
     await client.start()
     await audits.start()
-    enricher = Enricher(js, subjects, embedder, client, batch=16, opener=Opener(keyring))
+    enricher = Enricher(js, subjects, embedder, client, batch=16,
+                        reading=Reading(Opener(keyring)))
 
     def erased(tenant: str, subject: str, position: int, points: int) -> None:
         with pool.connection() as conn:

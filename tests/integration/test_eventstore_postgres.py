@@ -1,6 +1,7 @@
 """The ``EventStore`` contract against PostgreSQL (one fresh schema per test)."""
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from uuid import UUID
 
@@ -20,6 +21,15 @@ class TestPostgresEventStore(EventStoreContract):
     @pytest.fixture
     def store(self, event_store: PostgresEventStore) -> EventStore:
         return event_store
+
+    @pytest.fixture
+    def two_partitions(self, engines: Endpoints, pg_schema: str
+                       ) -> Iterator[PostgresEventStore]:
+        store = PostgresEventStore(datastore_from_dsn(engines.postgres_dsn, schema=pg_schema),
+                                   partitions=2)
+        store.create_tables()
+        yield store
+        store.close()
 
 
 def test_processes_starting_together_create_the_tables_once_without_deadlock(

@@ -27,8 +27,10 @@ from memledger_vectors.consumer import VectorProjector
 from tests.integration import fuzz_support
 from tests.integration.read_support import ReadSide, write
 
-POSITIVE, NEGATIVE = 25, 10
-"""Examples per operation (generating one costs ~40 ms: this bounds the run to ~1 min)."""
+POSITIVE, NEGATIVE = 10, 4
+"""Examples per operation in ``make test`` (generating one costs ~40 ms)."""
+LONG_POSITIVE, LONG_NEGATIVE = 25, 10
+"""Examples per operation in the longer run (``make test-faults``)."""
 
 
 async def _healthy() -> dict[str, Any]:
@@ -51,15 +53,25 @@ def _report(outcome: fuzz_support.FuzzRun) -> str:
 
 async def test_the_ingest_api_never_answers_5xx_and_always_as_documented(
         writer: GroupCommitWriter) -> None:
+    await _fuzz_ingest(writer, POSITIVE, NEGATIVE)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(1_200)
+async def test_the_ingest_api_fuzzed_longer_never_answers_5xx(writer: GroupCommitWriter) -> None:
+    await _fuzz_ingest(writer, LONG_POSITIVE, LONG_NEGATIVE)
+
+
+async def _fuzz_ingest(writer: GroupCommitWriter, positive: int, negative: int) -> None:
     app = ingest_app(writer, _healthy, "default")
     await writer.submit("default", [c.CreateSpace(space_id="s1")])
     schema = fuzz_support.load("/openapi.json", app)
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://ingest") as client:
-        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, POSITIVE, NEGATIVE))
+        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, positive, negative))
 
-    assert outcome.requests > 600
+    assert outcome.requests > 24 * positive  # every operation asked, most of them fully
     assert not outcome.failures, _report(outcome)
 
 
@@ -87,14 +99,24 @@ async def query(engines: Endpoints, side: ReadSide, writer: GroupCommitWriter
 
 
 async def test_the_query_api_never_answers_5xx_and_always_as_documented(query: Any) -> None:
+    await _fuzz_query(query, POSITIVE, NEGATIVE)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(1_200)
+async def test_the_query_api_fuzzed_longer_never_answers_5xx(query: Any) -> None:
+    await _fuzz_query(query, LONG_POSITIVE, LONG_NEGATIVE)
+
+
+async def _fuzz_query(query: Any, positive: int, negative: int) -> None:
     schema = fuzz_support.load("/v1/query/openapi.json", query)
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=query),
                                  base_url="http://query") as client:
-        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, POSITIVE, NEGATIVE),
+        outcome = await fuzz_support.run(client, fuzz_support.cases(schema, positive, negative),
                                          _no_waiting)
 
-    assert outcome.requests > 200
+    assert outcome.requests > 8 * positive
     assert not outcome.failures, _report(outcome)
 
 

@@ -4,35 +4,30 @@ digest; their refusals name the field at fault."""
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 from uuid import uuid4
 
 import grpc
 import pytest
 from google.protobuf.message import Message
-from nats.aio.client import Client
-from nats.js import JetStreamContext
 
-from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform import grpc_server
 from memledger_platform.endpoints import Endpoints
-from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import query_pb2 as qpb
-from memledger_schemas.subjects import Subjects
-from tests.integration.grpc_support import Apis, as_message, both_apis
+from tests.integration.grpc_support import Apis, apis_of_their_own, as_message
 
 SPACE = "crm"
 M = TypeVar("M", bound=Message)
 
 
-@pytest.fixture
-async def apis(engines: Endpoints, event_store: PostgresEventStore, pg_schema: str,
-               nats_js: tuple[Client, JetStreamContext], subjects: Subjects,
-               writer: GroupCommitWriter, tmp_path: Path) -> AsyncIterator[Apis]:
-    async with both_apis(engines.postgres_dsn, event_store, pg_schema, nats_js, subjects,
-                         writer, tmp_path / "vectors") as found:
+@pytest.fixture(scope="module")
+async def apis(engines: Endpoints, tmp_path_factory: pytest.TempPathFactory
+               ) -> AsyncIterator[Apis]:
+    """One pipeline for the module: one test writes the story (in ``SPACE``, the only writes),
+    the others ask what refuses or finds nothing whatever was written."""
+    async with apis_of_their_own(engines.postgres_dsn, engines.nats_url,
+                                 tmp_path_factory.mktemp("grpc-reads")) as found:
         yield found
 
 

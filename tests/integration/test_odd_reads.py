@@ -21,7 +21,7 @@ from memledger_platform.eventstore.postgres import PostgresEventStore
 from memledger_schemas.grpc.v1 import ingest_pb2 as ipb
 from memledger_schemas.grpc.v1 import query_pb2 as qpb
 from memledger_schemas.subjects import Subjects
-from tests.integration.grpc_support import Apis, both_apis
+from tests.integration.grpc_support import Apis, apis_of_their_own, both_apis
 
 SPACE = "hr"
 ITEM = UUID("0190a000-0000-7000-8000-00000000a11c")
@@ -29,16 +29,27 @@ FAR = 10**12
 """A position far past anything written."""
 
 
+@pytest.fixture(scope="module")
+async def apis(engines: Endpoints, tmp_path_factory: pytest.TempPathFactory
+               ) -> AsyncIterator[Apis]:
+    """One pipeline for the module's tests: ``head`` is its only write (what the others send
+    is refused), so the last committed position stays ``head``."""
+    async with apis_of_their_own(engines.postgres_dsn, engines.nats_url,
+                                 tmp_path_factory.mktemp("odd-reads")) as found:
+        yield found
+
+
 @pytest.fixture
-async def apis(engines: Endpoints, event_store: PostgresEventStore, pg_schema: str,
-               nats_js: tuple[Client, JetStreamContext], subjects: Subjects,
-               writer: GroupCommitWriter, tmp_path: Path) -> AsyncIterator[Apis]:
+async def own_apis(engines: Endpoints, event_store: PostgresEventStore, pg_schema: str,
+                   nats_js: tuple[Client, JetStreamContext], subjects: Subjects,
+                   writer: GroupCommitWriter, tmp_path: Path) -> AsyncIterator[Apis]:
+    """A pipeline of the test's own, for one that writes."""
     async with both_apis(engines.postgres_dsn, event_store, pg_schema, nats_js, subjects,
                          writer, tmp_path / "vectors") as found:
         yield found
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def head(apis: Apis) -> int:
     """A space with one memory; the last committed position."""
     assert (await apis.http.post("/v1/spaces", json={"space_id": SPACE})).status_code == 201
@@ -142,7 +153,9 @@ async def test_a_read_of_a_space_that_does_not_exist_is_404(apis: Apis, head: in
         assert found.status_code == 200, found.text
 
 
-async def test_a_read_of_an_empty_space_that_exists_is_an_empty_answer(apis: Apis) -> None:
+async def test_a_read_of_an_empty_space_that_exists_is_an_empty_answer(own_apis: Apis
+                                                                      ) -> None:
+    apis = own_apis
     created = await apis.http.post("/v1/spaces", json={"space_id": "empty"})
     seen = {"min_position": created.json()["position"]}
     for path in ("items", "graph", "policies", "changes?after=eyJ2IjoxLCJwIjo5OTl9"):

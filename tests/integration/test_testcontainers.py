@@ -59,8 +59,14 @@ def container_nats_url(docker_engine: None) -> Iterator[str]:
 
 @pytest.fixture
 def container_store(container_postgres_dsn: str) -> Iterator[PostgresEventStore]:
+    yield from _store(container_postgres_dsn)
+
+
+def _store(container_postgres_dsn: str, partitions: int = 1) -> Iterator[PostgresEventStore]:
+    """An empty store in a schema of its own, dropped afterwards."""
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    store = PostgresEventStore(datastore_from_dsn(container_postgres_dsn, schema=schema))
+    store = PostgresEventStore(datastore_from_dsn(container_postgres_dsn, schema=schema),
+                               partitions=partitions)
     store.create_tables()
     yield store
     store.close()
@@ -82,6 +88,10 @@ class TestContainerPostgresEventStore(EventStoreContract):
     @pytest.fixture
     def store(self, container_store: PostgresEventStore) -> EventStore:
         return container_store
+
+    @pytest.fixture
+    def two_partitions(self, container_postgres_dsn: str) -> Iterator[PostgresEventStore]:
+        yield from _store(container_postgres_dsn, partitions=2)
 
 
 async def test_events_committed_in_container_postgres_are_relayed_once_in_order_to_container_nats(

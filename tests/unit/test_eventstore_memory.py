@@ -14,3 +14,7 @@ class TestInMemoryEventStore(EventStoreContract):
     def store(self) -> EventStore:
         return InMemoryEventStore()
 
+    @pytest.fixture
+    def two_partitions(self) -> EventStore:
+        return InMemoryEventStore(partitions=2)
+

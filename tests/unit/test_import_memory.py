@@ -1,7 +1,7 @@
 """An import (``import_memory``) decided and enriched: the item's assertion just before its
 embedding, both in one decision; an embedding of another model or size than the server's index
-refused naming the field; the enricher skips what an import embedded (in the same batch, and
-an assertion that ends a fetch is held for the next one, so the pair is never split)."""
+refused naming the field; the enricher skips what an import embedded (in the same batch, or
+looked up in the log when the pair came in two fetches)."""
 
 import hashlib
 from collections.abc import Sequence
@@ -11,14 +11,16 @@ from uuid import UUID
 import orjson
 import pytest
 
+from memledger_enricher.logged import LoggedEmbeddings
 from memledger_enricher.plan import Source, embedded_already, embedding_of
-from memledger_enricher.service import Enricher
+from memledger_enricher.service import Enricher, Reading
 from memledger_ingest.core.results import request_hash
 from memledger_ingest.core.writer import GroupCommitWriter, Rejected
 from memledger_ingest.domain.decide import Context, decide
 from memledger_ingest.domain.errors import Invalid
 from memledger_ingest.domain.streams import StreamRef, StreamState
 from memledger_ingest.domain.targets import IndexModel
+from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.events import decode
 from memledger_platform.eventstore import RecordedEvent
@@ -126,6 +128,50 @@ async def test_the_enricher_does_not_embed_an_item_version_imported_with_its_mod
     entities = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEntities)]
     assert {cmd.item_id for cmd in entities} == {ITEM, other}  # still read for names
     assert all(m.acked for m in msgs)
+
+
+class _Logged(LoggedEmbeddings):
+    """Counts the lookups (each one a round trip to PostgreSQL)."""
+
+    def __init__(self, store: InMemoryEventStore) -> None:
+        super().__init__(store, Opener(None))
+        self.asked: list[list[UUID]] = []
+
+    def of(self, sources: Sequence[Source], model: str) -> set[tuple[str, UUID, int]]:
+        self.asked.append([s.item_id for s in sources])
+        return super().of(sources, model)
+
+
+async def test_an_import_whose_embedding_came_in_the_next_batch_is_not_embedded_again() -> None:
+    """A fetch may end between an import's two events (the relay publishes one at a time):
+    the assertion's batch does not hold the embedding, so it is looked up in the log."""
+    embedder, intake, store = HashingEmbedder(dims=2), _Intake(), InMemoryEventStore()
+    writer = GroupCommitWriter(store, index=IndexModel(embedder.model_id, 2))
+    writer.start()
+    try:
+        await writer.submit("acme", [c.CreateSpace(space_id="notes")])
+        await writer.submit("acme", [_import(item_id=ITEM, model=embedder.model_id)])
+    finally:
+        writer.stop()
+    logged, written = _Logged(store), UUID(int=0x102)
+    enricher = Enricher(cast(Any, None), Subjects(), embedder, cast(IntakeClient, intake),
+                        reading=Reading(logged=logged))
+
+    await enricher.handle(cast(Any, [_asserted(ITEM), _asserted(written, "plain write")]))
+    await enricher.handle(cast(Any, [_embedded(ITEM, embedder.model_id)]))
+
+    embedded = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEmbedding)]
+    assert [cmd.item_id for cmd in embedded] == [written]
+    assert logged.asked == [[ITEM, written]]  # one lookup for the batch; none for the second
+    entities = [cmd for cmd in intake.sent if isinstance(cmd, c.RecordEntities)]
+    assert ITEM in {cmd.item_id for cmd in entities}  # still read for names
+
+
+async def test_without_an_event_store_only_the_batch_tells_what_is_embedded() -> None:
+    embedder, intake = HashingEmbedder(dims=8), _Intake()
+    enricher = Enricher(cast(Any, None), Subjects(), embedder, cast(IntakeClient, intake))
+    await enricher.handle(cast(Any, [_asserted(ITEM)]))
+    assert [cmd.item_id for cmd in intake.sent if isinstance(cmd, c.RecordEmbedding)] == [ITEM]
 
 
 class _CountingStore(InMemoryEventStore):

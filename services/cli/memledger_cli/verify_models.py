@@ -77,6 +77,10 @@ class LogUpTo(EventStore):
     def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
         return [e for e in self._inner.read_all(after, limit) if e.position <= self._last]
 
+    def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
+        return [e for e in self._inner.read_partition(partition, after, limit)
+                if e.position <= self._last]
+
     def max_position(self) -> int:
         return min(self._last, self._inner.max_position())
 

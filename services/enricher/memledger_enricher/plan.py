@@ -34,7 +34,9 @@ EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.ME
 """The events the enricher reads; it ignores every other (including its own results)."""
 EMBEDDED = EventType.MEMORY_EMBEDDED
 """Read too, to skip what is embedded already: an import records an item's embedding in the
-same commit as the item, just after it (``embedded_already``)."""
+same commit as the item, just after it (``embedded_already``). The two may still come in two
+fetched batches (the relay publishes one event at a time): an item's first version whose
+embedding is not in its batch is looked up in the log (``logged.LoggedEmbeddings``)."""
 
 EXTRACTOR = "mentions/v1"
 ACTOR = "enricher"
@@ -112,6 +114,12 @@ def embedding_of(event: Event, model: str) -> Embedded | None:
     if event.event_type != EMBEDDED or payload.get("model") != model:
         return None
     return event.tenant_id, UUID(str(payload["item_id"])), int(payload["item_version"])
+
+
+def maybe_imported(source: Source) -> bool:
+    """Whether ``source`` is an item's first version, the only one an import records (with
+    its embedding, committed just after it but not always fetched in the same batch)."""
+    return source.session_id is None and source.item_version == 1
 
 
 def embedded_already(source: Source, embedded: set[Embedded]) -> bool:

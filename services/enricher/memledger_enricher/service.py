@@ -13,11 +13,13 @@ for any of this: the enricher runs behind the log.
 import asyncio
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from memledger_enricher.logged import LoggedEmbeddings
 from memledger_enricher.plan import (
     EMBEDDED,
     EVENT_TYPES,
@@ -26,6 +28,7 @@ from memledger_enricher.plan import (
     commands_for,
     embedded_already,
     embedding_of,
+    maybe_imported,
     source_of,
 )
 from memledger_platform import logs
@@ -44,13 +47,23 @@ ACK_WAIT_SECONDS = 120.0
 RETRY_DELAY_SECONDS = 5.0
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How the enricher reads: sealed fields opened with ``opener``; an item's first version
+    whose embedding is not in its batch looked up in ``logged`` (``None``, without an event
+    store: an import whose two events came in two batches is embedded again)."""
+
+    opener: Opener = field(default_factory=lambda: Opener(None))
+    logged: LoggedEmbeddings | None = None
+
+
 class Enricher:
     """The enricher: a ``Consumer`` of the memory and conversation events with ``Enrichment``."""
 
     def __init__(self, js: JetStreamContext, subjects: Subjects, embedder: Embedder,
                  intake: IntakeClient, *, batch: int = 64, durable: str = DURABLE,
-                 opener: Opener | None = None, in_flight: int = 3) -> None:
-        self._enrichment = Enrichment(embedder, intake, opener or Opener(None))
+                 reading: Reading | None = None, in_flight: int = 3) -> None:
+        self._enrichment = Enrichment(embedder, intake, reading or Reading())
         # Up to ``in_flight`` batches at once: while ingest records one, the next is embedded.
         # Their order does not matter: each command is keyed by the item version it is for.
         self._consumer = Consumer(js, subjects, Subscription(
@@ -83,10 +96,11 @@ class Enrichment(Handling):
     """Embeds and extracts what a batch of events holds, and records it through ingest (the
     consumer's handler). The commands it sends carry the batch's span."""
 
-    def __init__(self, embedder: Embedder, intake: IntakeClient, opener: Opener) -> None:
+    def __init__(self, embedder: Embedder, intake: IntakeClient, reading: Reading) -> None:
         self._embedder = embedder
         self._intake = intake
-        self._open = opener
+        self._open = reading.opener
+        self._logged = reading.logged
         # One model call at a time: two at once would only share the same cores.
         self._model = asyncio.Lock()
         self.enriched = 0
@@ -110,6 +124,11 @@ class Enrichment(Handling):
                         ) -> list[tuple[str, CommandBase]]:
         # an import's item version comes with its embedding: not embedded again
         embedding = [s for s in sources if s.embeds and not embedded_already(s, embedded)]
+        unsure = [s for s in embedding if maybe_imported(s)]
+        if unsure and self._logged is not None:
+            # its embedding, committed with it, may have come in another batch
+            logged = await asyncio.to_thread(self._logged.of, unsure, self._embedder.model_id)
+            embedding = [s for s in embedding if not embedded_already(s, logged)]
         vectors: list[Vector] = []
         if embedding:
             async with self._model:

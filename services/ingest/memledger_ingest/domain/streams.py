@@ -5,16 +5,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Literal
-from uuid import UUID, uuid5
+from uuid import UUID
 
 from memledger_schemas.event_types import EventType
+from memledger_schemas.streams import stream_id
 
 StreamKind = Literal["space", "agent", "session", "item", "entity", "relation", "feedback",
                      "enrichment", "preference", "subject", "slot", "retrieval", "theme",
                      "importance"]
 Status = Literal["active", "archived", "ended", "superseded", "retracted"]
-
-_NAMESPACE = UUID("6f1c1f1e-6a0b-4c43-9d55-1f9f5e3c2a10")
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class StreamRef:
 def _stream_id(tenant: str, kind: str, key: str) -> UUID:
     # Cached for the hot streams (a space or session named by every command that touches it);
     # small, because every entry is an object the garbage collector walks.
-    return uuid5(_NAMESPACE, f"{tenant}/{kind}/{key}")
+    return stream_id(tenant, kind, key)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """An in-memory ``EventStore`` for unit tests: same contract, no durability."""
 
+import itertools
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
+
+import orjson
 
 from memledger_platform.eventstore.port import (
     Committed,
@@ -16,12 +19,18 @@ from memledger_platform.eventstore.port import (
     StreamConflict,
 )
 from memledger_schemas.envelope import EventEnvelope
+from memledger_schemas.subjects import partition_of
 
 
 class InMemoryEventStore(EventStore):
-    def __init__(self) -> None:
+    def __init__(self, *, partitions: int = 1) -> None:
+        """``partitions``: how many the events are split into by tenant (as the PostgreSQL
+        adapter's)."""
         self._lock = threading.Lock()
+        self._partitions = partitions
         self._log: list[RecordedEvent] = []
+        self._partition_of: list[int] = []
+        """Each event's partition, by position - 1 (recorded at commit)."""
         self._versions: set[tuple[UUID, int]] = set()
         self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
 
@@ -47,6 +56,8 @@ class InMemoryEventStore(EventStore):
         recorded = RecordedEvent(len(self._log) + 1, now, event.stream_id, event.stream_version,
                                  event.event_type, event.data)
         self._log.append(recorded)
+        self._partition_of.append(
+            partition_of(event_tenant(event), self._partitions) if self._partitions > 1 else 0)
         self._versions.add((event.stream_id, event.stream_version))
         return Committed(recorded.position, recorded.recorded_at)
 
@@ -70,6 +81,12 @@ class InMemoryEventStore(EventStore):
         with self._lock:
             return self._log[after:after + limit]
 
+    def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
+        with self._lock:
+            found = (e for e, p in zip(self._log[after:], self._partition_of[after:], strict=True)
+                     if p == partition)
+            return list(itertools.islice(found, limit))
+
     def max_position(self) -> int:
         with self._lock:
             return len(self._log)
@@ -87,3 +104,9 @@ class InMemoryEventStore(EventStore):
         versions = range(record.first_version, record.last_version + 1)
         return tuple(e.position for e in self._log
                      if e.stream_id == record.stream_id and e.stream_version in versions)
+
+
+def event_tenant(event: NewEvent) -> str:
+    """The tenant of an event in its stored form."""
+    tenant: str = orjson.loads(event.data)["tenant_id"]
+    return tenant

@@ -45,6 +45,9 @@ class OpenedEventStore(EventStore):
     def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
         return [self._opened(e) for e in self._inner.read_all(after, limit)]
 
+    def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
+        return [self._opened(e) for e in self._inner.read_partition(partition, after, limit)]
+
     def max_position(self) -> int:
         return self._inner.max_position()
 

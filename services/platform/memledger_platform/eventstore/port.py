@@ -9,6 +9,10 @@ Contract shared by every adapter (and checked by one test suite run against each
 - A stream version can be taken once: a second event at the same (stream, version) makes the
   whole append fail with ``StreamConflict``. A second record for the same (tenant, key) makes it
   fail with ``IdempotencyKeyTaken``.
+- Each event belongs to its tenant's partition of the log (``partition_of(tenant_id,
+  partitions)``, ``partitions`` as the store was opened with, recorded at commit:
+  docs/adr/0016). ``read_partition`` reads one partition as ``read_all`` reads the whole log;
+  with one partition every event is in partition 0.
 """
 
 from abc import ABC, abstractmethod
@@ -131,10 +135,10 @@ class EventStore(ABC):
     def read_all(self, after: int, limit: int) -> list[RecordedEvent]:
         """Up to ``limit`` events with position > ``after``, in position order."""
 
+    @abstractmethod
     def read_partition(self, partition: int, after: int, limit: int) -> list[RecordedEvent]:
-        """Like ``read_all``, of one partition's events only (docs/adr/0016): an adapter that
-        records each event's partition at commit answers it."""
-        raise NotImplementedError(f"{type(self).__name__} does not record partitions")
+        """Up to ``limit`` events of ``partition`` (the partition recorded with each at commit)
+        with position > ``after``, in position order: ``read_all`` of one partition."""
 
     @abstractmethod
     def max_position(self) -> int:
