@@ -2,7 +2,6 @@
 real PostgreSQL and one real nats-server per session, each test isolated by its own schema and
 its own subject prefix (so its own streams)."""
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.subjects import Subjects
+from tests.support import delete_streams
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -79,7 +79,5 @@ async def nats_js(engines: Endpoints, subjects: Subjects
     js = nc.jetstream()
     await bus.ensure_streams(js, subjects)
     yield nc, js
-    for name in (subjects.events_stream, subjects.intake_stream, subjects.dead_letter_stream):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
+    await delete_streams(js, subjects)
     await nc.close()

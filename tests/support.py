@@ -1,11 +1,15 @@
 """Helpers shared by the test tiers."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
+from nats.js import JetStreamContext
+
+from memledger_schemas.subjects import Subjects
 
 T = TypeVar("T")
 
@@ -81,3 +85,12 @@ def flat_routes(routes: list[Any]) -> list[Any]:
         inner = getattr(route, "original_router", None)
         found += flat_routes(list(inner.routes)) if inner is not None else [route]
     return found
+
+
+async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
+    """Delete a test's streams: each partition's events, intake, dead letters (one already
+    gone, or never made, is fine)."""
+    for name in (*(p.events_stream for p in subjects.every_partition()),
+                 subjects.intake_stream, subjects.dead_letter_stream):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(name)

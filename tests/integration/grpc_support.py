@@ -4,7 +4,6 @@ server with both servicers, on the writer, relay, projector and vector projector
 test's own schema and streams."""
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,6 +39,7 @@ from memledger_schemas.subjects import Subjects
 from memledger_vectors.consumer import Batching, VectorProjector
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
+from tests.support import delete_streams
 
 TENANT = "acme"
 M = TypeVar("M", bound=Message)
@@ -113,10 +113,7 @@ async def apis_of_their_own(dsn: str, nats_url: str, home: Path) -> AsyncIterato
                 both_apis(dsn, store, base, (nc, js), subjects, writer, home / "vectors") as found:
             yield found
     finally:
-        for name in (subjects.events_stream, subjects.intake_stream,
-                     subjects.dead_letter_stream):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(name)
+        await delete_streams(js, subjects)
         await nc.close()
         store.close()
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -5,7 +5,6 @@ and ingest and query served together on a real socket behind the request limits,
 messages, entities, relations and feedback."""
 
 import asyncio
-import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -36,7 +35,7 @@ from memledger_schemas.subjects import Subjects
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
 from tests.integration.semantic_support import Pipeline, pipeline
-from tests.support import eventually
+from tests.support import delete_streams, eventually
 
 MAX_BODY = 1024 * 1024
 """The test server's ``MEMLEDGER_HTTP_MAX_BODY_BYTES`` (the default, 32 MiB, would make the
@@ -128,9 +127,7 @@ async def _served(app: ASGIApp, max_body: int) -> AsyncIterator[str]:
 
 async def _drop(dsn: str, schema: str, store: PostgresEventStore, js: Any,
                 subjects: Subjects) -> None:
-    for name in (subjects.events_stream, subjects.intake_stream, subjects.dead_letter_stream):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
+    await delete_streams(js, subjects)
     store.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         drop_read_models(conn, schema)

@@ -3,7 +3,6 @@ another tenant's ids, spaces, cursors and filters, and with a key lacking the gr
 Every attack is denied (401/403/404) or answered with the caller's own data only: never a byte
 of the other tenant's (their distinctive strings are looked for in every response body)."""
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from memledger_schemas.subjects import Subjects
 from tests.integration.ingest_support import running
 from tests.integration.read_support import drop_read_models
 from tests.integration.semantic_support import Pipeline, pipeline
+from tests.support import delete_streams
 
 SECRET = "zebra-umbrella-acme-secret"
 """A string only tenant acme ever writes: it must never reach another tenant or grant."""
@@ -65,10 +65,7 @@ async def world(engines: Endpoints, tmp_path_factory: pytest.TempPathFactory
                 ids, cursor = await _populate(p, keys)
                 yield World(p, keys, store, ids, cursor)
     finally:
-        for name in (subjects.events_stream, subjects.intake_stream,
-                     subjects.dead_letter_stream):
-            with contextlib.suppress(Exception):
-                await js.delete_stream(name)
+        await delete_streams(js, subjects)
         await nc.close()
         event_store.close()
         with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:

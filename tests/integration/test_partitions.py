@@ -38,6 +38,7 @@ from tests.integration.ingest_support import running
 from tests.integration.nats_support import stream_messages
 from tests.integration.read_support import drop_read_models, write
 from tests.integration.test_projector import running_projector
+from tests.support import delete_streams
 
 PARTITIONS = 2
 SPACE = "main"
@@ -64,10 +65,7 @@ async def streams(engines: Endpoints) -> AsyncIterator[tuple[Subjects, JetStream
     js = nc.jetstream()
     await bus.ensure_streams(js, subjects)
     yield subjects, js
-    for name in (*(p.events_stream for p in subjects.every_partition()),
-                 subjects.intake_stream, subjects.dead_letter_stream):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
+    await delete_streams(js, subjects)
     await nc.close()
 
 
