@@ -496,6 +496,30 @@ class ImportMemory(AssertMemory, _Vector):
     command: Literal["import_memory"] = "import_memory"  # type: ignore[assignment]
 
 
+class ImportRevision(ReviseMemory, _Vector):
+    """A revision of a memory item's content with the embedding of its new content computed
+    elsewhere (bulk loads of history): recorded as ``memory.revised`` then
+    ``memory.embedded`` of the version it makes, the events a revision and the enricher would
+    record, with the importer as the actor of both; the enricher does not embed it again.
+    ``model`` and ``dims`` must be those of the server's vector index. Needs the admin
+    role."""
+
+    http_path: ClassVar[str] = "/v1/spaces/{space_id}/memories/{item_id}/import"
+    command: Literal["import_revision"] = "import_revision"  # type: ignore[assignment]
+    content: Content = Field(description="the new content, which the vector embeds")
+
+    @field_validator("expected_version")
+    @classmethod
+    def _no_expected_version(cls, value: int | None) -> int | None:
+        # Its events go to two streams (the item's, then its enrichment's): a version of
+        # either would be ambiguous.
+        if value is not None:
+            raise ValueError("not accepted on an import_revision (its events go to the item's "
+                             "stream and its enrichment stream); send revise_memory with "
+                             "expected_version, or leave it out")
+        return value
+
+
 class RecordEntities(Learned):
     """The entities an extractor found in one version of a memory item's content."""
 
@@ -638,7 +662,7 @@ COMMANDS: tuple[type[CommandBase], ...] = (
     ArchiveMemory, PromoteMemory, MergeMemories, SuggestMerge, UpsertEntity, AssertRelation,
     RetractRelation, RecordFeedback, RecordEmbedding, RecordMessageEmbedding, RecordEntities,
     RecordPreference, RecordRetrieval, DeriveMemory, RecordTheme, LearnImportance,
-    ImportMemory,
+    ImportMemory, ImportRevision,
 )
 
 Command = Annotated[
@@ -648,7 +672,7 @@ Command = Annotated[
     | UpsertEntity | AssertRelation | RetractRelation
     | RecordFeedback | RecordEmbedding | RecordMessageEmbedding | RecordEntities
     | RecordPreference | RecordRetrieval | DeriveMemory | RecordTheme | LearnImportance
-    | ImportMemory,
+    | ImportMemory | ImportRevision,
     Field(discriminator="command"),
 ]
 

@@ -58,6 +58,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "record_message_embedding": {"dims": 2, "vector": [0.6, 0.8]},
     # the model and size of the matrix's vector index (the hashing embedder)
     "import_memory": {"model": "hashing/v1", "dims": 64, "vector": [0.125] * 64},
+    "import_revision": {"content": "a correction", "model": "hashing/v1", "dims": 64,
+                        "vector": [0.125] * 64},
     "record_feedback": {"signal": "used"},
     "revise_memory": {"content": "a correction"},
     "merge_memories": {"similarity": 0.99},

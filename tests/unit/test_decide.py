@@ -264,6 +264,10 @@ SUCCESSES = [
                        vector=(0.6, 0.8)), _enrichment(FRESH),
         e.MemoryEmbedded(item_id=FRESH, item_version=1, model="m", dims=2, vector=(0.6, 0.8)),
         {"item_id": str(FRESH)}, "import_memory"),
+    _ok(c.ImportRevision(space_id=SPACE, item_id=ITEM, content="sky is grey", model="m",
+                         dims=2, vector=(0.6, 0.8)), _enrichment(ITEM),
+        e.MemoryEmbedded(item_id=ITEM, item_version=ITEM_VERSION + 1, model="m", dims=2,
+                         vector=(0.6, 0.8)), {"item_id": str(ITEM)}, "import_revision"),
 ]
 
 

@@ -1,7 +1,8 @@
 """``LoggedEmbeddings``: which item versions the event store holds an embedding of already, of
-the enricher's model (an import's, on the item's enrichment stream). Asked for the items' first
+the enricher's model (an import's, on the item's enrichment stream). Asked for the item
 versions whose embedding was not in their fetched batch: one read of their enrichment streams
-(most are empty, the item being new), so an import is never embedded again."""
+(most are empty or short, the item being new or revised a few times), so an import is never
+embedded again."""
 
 from collections.abc import Sequence
 from uuid import UUID

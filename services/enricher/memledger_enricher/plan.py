@@ -33,9 +33,9 @@ from memledger_schemas.events import ExtractedEntity
 EVENT_TYPES = (EventType.MEMORY_ASSERTED, EventType.MEMORY_REVISED, EventType.MESSAGE_APPENDED)
 """The events the enricher reads; it ignores every other (including its own results)."""
 EMBEDDED = EventType.MEMORY_EMBEDDED
-"""Read too, to skip what is embedded already: an import records an item's embedding in the
-same commit as the item, just after it (``embedded_already``). The two may still come in two
-fetched batches (the relay publishes one event at a time): an item's first version whose
+"""Read too, to skip what is embedded already: an import records an item version's embedding
+in the same commit as the version, just after it (``embedded_already``). The two may still come
+in two fetched batches (the relay publishes one event at a time): an item version whose
 embedding is not in its batch is looked up in the log (``logged.LoggedEmbeddings``)."""
 
 EXTRACTOR = "mentions/v1"
@@ -117,9 +117,10 @@ def embedding_of(event: Event, model: str) -> Embedded | None:
 
 
 def maybe_imported(source: Source) -> bool:
-    """Whether ``source`` is an item's first version, the only one an import records (with
-    its embedding, committed just after it but not always fetched in the same batch)."""
-    return source.session_id is None and source.item_version == 1
+    """Whether ``source`` is an item version, which an import may have recorded (its first,
+    or a revision's) with its embedding, committed just after it but not always fetched in
+    the same batch."""
+    return source.session_id is None and source.item_version is not None
 
 
 def embedded_already(source: Source, embedded: set[Embedded]) -> bool:

@@ -386,7 +386,24 @@ def _import_memory(cmd: c.ImportMemory, ctx: Context, lookup: Lookup, cur: Strea
                     also=(*asserted.also, replace(asserted, target=item, also=())))
 
 
-def _of_the_index(cmd: c.ImportMemory, ctx: Context) -> None:
+@register(c.ImportRevision, t.revision_import_stream, t.revision_import_reads)
+def _import_revision(cmd: c.ImportRevision, ctx: Context, lookup: Lookup,
+                     cur: StreamState | None) -> Decision:
+    """A revision, then the embedding of the version it makes on the item's enrichment stream
+    (as the enricher's would be), in one decision: the command's position is the
+    embedding's, the one a search waits for."""
+    _of_the_index(cmd, ctx)
+    item = StreamRef("item", str(cmd.item_id))
+    state = lookup(item)
+    revised = _revise_memory(cmd, ctx, lookup, state)
+    version = (state.version if state is not None else 0) + len(revised.events)
+    payload = e.MemoryEmbedded(item_id=cmd.item_id, item_version=version, model=cmd.model,
+                               dims=cmd.dims, vector=cmd.vector)
+    return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), revised.ids,
+                    also=(replace(revised, target=item, also=()),))
+
+
+def _of_the_index(cmd: c.ImportMemory | c.ImportRevision, ctx: Context) -> None:
     index = ctx.index
     if index is None:
         return

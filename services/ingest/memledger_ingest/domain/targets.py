@@ -196,6 +196,11 @@ def import_stream(cmd: c.ImportMemory, ctx: Context) -> StreamRef:
     return StreamRef("enrichment", _key_or(cmd.item_id, ctx))
 
 
+def revision_import_stream(cmd: c.ImportRevision, _: Context) -> StreamRef:
+    # Its embedding's stream, as an import's; the revision goes to the item's.
+    return StreamRef("enrichment", str(cmd.item_id))
+
+
 def message_enrichment_stream(cmd: c.RecordMessageEmbedding, _: Context) -> StreamRef:
     return StreamRef("enrichment", str(cmd.message_id))
 
@@ -230,6 +235,11 @@ def assert_reads(cmd: c.AssertMemory, _: Context) -> tuple[StreamRef, ...]:
 def import_reads(cmd: c.ImportMemory, ctx: Context) -> tuple[StreamRef, ...]:
     """An assertion's, and its item (looked up by the assertion it makes)."""
     return (*assert_reads(cmd, ctx), StreamRef("item", _key_or(cmd.item_id, ctx)))
+
+
+def revision_import_reads(cmd: c.ImportRevision, _: Context) -> tuple[StreamRef, ...]:
+    """The item it revises (its version numbers the embedding)."""
+    return (StreamRef("item", str(cmd.item_id)),)
 
 
 def merged_reads(cmd: c.MergeMemories, _: Context) -> tuple[StreamRef, ...]:

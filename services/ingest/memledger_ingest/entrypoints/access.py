@@ -11,7 +11,8 @@ entrypoint (HTTP, gRPC, NATS intake) applies before a command reaches the writer
 - What only memledger's own services send (``INTERNAL_COMMANDS``, and an archive by policy)
   needs ``Principal.internal``: refused (403) from every API key, whatever its role.
 - A policy update that names ``legal_hold`` (to set or to clear it) needs the admin role, and
-  so does an import (``import_memory``: an embedding the server did not compute).
+  so does an import (``import_memory``, ``import_revision``: an embedding the server did not
+  compute).
 """
 
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from memledger_schemas.commands import (
     SERVICE_COMMANDS,
     CommandBase,
     ImportMemory,
+    ImportRevision,
     SetSpacePolicy,
     internal_part,
 )
@@ -61,10 +63,10 @@ def permission_refusal(principal: Principal, command: CommandBase, prefix: str =
     part = internal_part(command)
     if part is not None and not principal.internal:
         return _forbidden(prefix + part, _internal_reason(command, part))
-    if isinstance(command, ImportMemory) and not principal.may("admin"):
-        return _forbidden(f"{prefix}command", "import_memory records an embedding the server "
-                          "did not compute and needs the admin role (the caller has role "
-                          f"{principal.role!r})")
+    if isinstance(command, ImportMemory | ImportRevision) and not principal.may("admin"):
+        return _forbidden(f"{prefix}command", f"{command.command} records an embedding the "
+                          "server did not compute and needs the admin role (the caller has "
+                          f"role {principal.role!r})")
     if (isinstance(command, SetSpacePolicy) and "legal_hold" in command.model_fields_set
             and not principal.may("admin")):
         return _forbidden(f"{prefix}legal_hold", "setting or clearing legal_hold needs the "
