@@ -13,16 +13,19 @@ from typing import Any
 
 import aiohttp
 import nats
+import numpy as np
 import orjson
 import psycopg
 from psycopg import sql
 
-from memledger_cli.bench import searchable
+from memledger_cli.bench import corpus, searchable
+from memledger_cli.bench import cpu as processes
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
 from memledger_cli.bench.settle import pause_enricher, wait_quiet
 from memledger_cli.progress import Bar
 from memledger_platform.crypto import Opener
+from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 from memledger_platform.eventstore.opened import OpenedEventStore
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.keyring_postgres import keyring_for, with_home_master_key
@@ -126,39 +129,133 @@ async def _raw_jetstream_latency(url: str, count: int) -> list[float]:
 def _temporal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--versions", type=int, default=100_000, help="item versions loaded")
     parser.add_argument("--queries", type=int, default=2_000)
+    parser.add_argument("--load", choices=("import", "write"), default="import",
+                        help="import: each version with its embedding (import_memory, "
+                        "import_revision); write: assert_memory and revise_memory, embedded "
+                        "by the enricher (default import)")
 
 
 def _history_commands(versions: int) -> tuple[list[dict[str, Any]], list[str]]:
     """Items with four versions each: an assertion and three corrections with valid times."""
-    items = [str(uuid.UUID(int=i + 1)) for i in range(max(1, versions // 4))]
-    commands: list[dict[str, Any]] = []
-    for n, item in enumerate(items):
-        commands.append({"command": "assert_memory", "space_id": SPACE, "item_id": item,
-                         "kind": "fact", "content": f"item {n} version 0",
-                         "valid_from": BASE.isoformat(), "tags": [f"t{n % 10}"]})
-    for version in (1, 2, 3):
-        for n, item in enumerate(items):
-            start = BASE + timedelta(days=365 * version)
-            commands.append({"command": "revise_memory", "space_id": SPACE, "item_id": item,
-                             "content": f"item {n} version {version}",
-                             "valid_from": start.isoformat(), "reason": "bench"})
-    return commands, items
+    items = _items(versions)
+    return [_version_command(i, items) for i in range(len(items) * 4)], items
+
+
+def _items(versions: int) -> list[str]:
+    return [str(uuid.UUID(int=i + 1)) for i in range(max(1, versions // 4))]
+
+
+def _version_command(index: int, items: list[str]) -> dict[str, Any]:
+    """The ``index``-th command of the history: every item's assertion, then every item's
+    first correction, and so on (so a batch never holds two versions of one item)."""
+    version, n = divmod(index, len(items))
+    if version == 0:
+        return {"command": "assert_memory", "space_id": SPACE, "item_id": items[n],
+                "kind": "fact", "content": f"item {n} version 0",
+                "valid_from": BASE.isoformat(), "tags": [f"t{n % 10}"]}
+    return {"command": "revise_memory", "space_id": SPACE, "item_id": items[n],
+            "content": f"item {n} version {version}",
+            "valid_from": (BASE + timedelta(days=365 * version)).isoformat(), "reason": "bench"}
+
+
+class _Imports:
+    """The history as imports: each version with an embedding of the server's model (a base
+    vector, one of a few hundred the local model embedded, plus noise: what the reads measure
+    does not depend on the vectors; the index still holds one per item)."""
+
+    def __init__(self, items: list[str]) -> None:
+        model = LocalMiniLmEmbedder()
+        self.items, self.model, self.dims = items, model.model_id, model.dims
+        self.bases = np.asarray(model.embed_documents(corpus.base_sentences(256)),
+                                dtype=np.float32)
+
+    def batch(self, start: int, stop: int) -> list[dict[str, Any]]:
+        vectors = corpus.noisy(self.bases, stop - start, 0.03, seed=start)
+        # Four decimals: the JSON stays short and the norm stays within the accepted range.
+        rounded = np.round(vectors.astype(np.float64), 4)
+        return [self._one(i, rounded[i - start]) for i in range(start, stop)]
+
+    def _one(self, index: int, vector: Any) -> dict[str, Any]:
+        command = _version_command(index, self.items)
+        name = "import_memory" if command["command"] == "assert_memory" else "import_revision"
+        return {**command, "command": name, "model": self.model, "dims": self.dims,
+                "vector": vector, "idempotency_key": f"bench/{index}"}
+
+
+async def _import_history(http: aiohttp.ClientSession, imports: _Imports, total: int,
+                          bar: Bar) -> tuple[int, int]:
+    """Every version imported in batches of 500 by two clients; (the last position, how many
+    batches were answered 503/504 and sent again: every command has an idempotency key)."""
+    starts = iter(range(0, total, IMPORT_BATCH))
+    last = retried = done = 0
+
+    async def client() -> None:
+        nonlocal last, retried, done
+        for start in starts:
+            stop = min(start + IMPORT_BATCH, total)
+            body = orjson.dumps({"commands": imports.batch(start, stop)},
+                                option=orjson.OPT_SERIALIZE_NUMPY)
+            while (answer := await _posted(http, body)) is None:
+                retried += 1
+            last = max(last, int(answer["position"]))
+            done += stop - start
+            bar.update(done)
+
+    await asyncio.gather(*(client() for _ in range(2)))
+    return last, retried
+
+
+IMPORT_BATCH = 500
+
+
+async def _posted(http: aiohttp.ClientSession, body: bytes) -> dict[str, Any] | None:
+    """The batch's answer, or ``None`` if the server answered 503 or 504 (sent again)."""
+    async with http.post("/v1/batch", data=body,
+                         headers={"content-type": "application/json"}) as response:
+        payload: dict[str, Any] = await response.json(loads=orjson.loads)
+        if response.status in (503, 504):
+            await asyncio.sleep(1.0 if response.status == 503 else 0.0)
+            return None
+        if response.status >= 300:
+            raise RuntimeError(f"POST /v1/batch -> {response.status}: {payload}")
+        return payload
+
+
+async def _load_history(http: aiohttp.ClientSession, items: list[str], how: str
+                        ) -> tuple[int, int]:
+    """Load the history one way or the other; (the last position, batches sent again)."""
+    total = len(items) * 4
+    if how == "import":
+        imports = _Imports(items)
+        with Bar("import", total) as bar:
+            return await _import_history(http, imports, total, bar)
+    commands = [_version_command(i, items) for i in range(total)]
+    with Bar("load", total) as bar:
+        results = await load(http, commands, progress=bar.update)
+    return max(r["position"] for r in results), 0
 
 
 async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
-    # Built before any request: building a million takes seconds, long enough for the
-    # server to close the idle keep-alive connection the next request would reuse.
-    commands, items = _history_commands(args.versions)
-    with Steps(total=5) as steps, private_server() as server:
+    items = _items(args.versions)
+    versions = len(items) * 4
+    with Steps(total=6) as steps, private_server({"MEMLEDGER_EMBEDDER": "local"}) as server:
         async with aiohttp.ClientSession(server.url) as http:
             await post(http, "/v1/spaces", {"space_id": SPACE})
-            steps.step(f"loading {len(commands)} versions")
-            with Bar("load", len(commands)) as bar:
-                results = await load(http, commands, progress=bar.update)
-            last = max(r["position"] for r in results)
+            if args.load == "import":
+                # Nothing for it to embed; its reading of every version for names would share
+                # the cores with the load (as in bench search).
+                await pause_enricher(server.nats_url)
+            steps.step(f"loading {versions} versions ({args.load})")
+            started, before = time.monotonic(), processes.snapshot(server.pid)
+            last, retried = await _load_history(http, items, args.load)
+            load_s = time.monotonic() - started
+            steps.step(f"loaded in {load_s:.0f} s ({versions / load_s:.0f} versions/s); "
+                       "waiting for the read models")
             await _projected(http, last)
-            # The server's digestion of the load (the enricher embedding 25,000 items, the
-            # vector index building its graph) is not the reads' work: the enricher is
+            projected_s = time.monotonic() - started - load_s
+            spent = processes.used(before, processes.snapshot(server.pid))
+            # The server's digestion of the load (the enricher embedding what was written,
+            # the vector index building its graph) is not the reads' work: the enricher is
             # paused, and the reads start once the server has gone quiet (as for rebuild).
             await pause_enricher(server.nats_url)
             steps.step("waiting for the server to go quiet")
@@ -168,12 +265,18 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             changes = await _change_pages(http, last, args.queries)
         steps.step("the same as-of query straight to PostgreSQL")
         raw = _raw_as_of(server.postgres_dsn, items, last, args.queries)
-    return {"scenario": "temporal", "versions": len(commands), "items": len(items),
-            "as_of_p50_ms": _ms(as_of)["p50"], "as_of_p99_ms": _ms(as_of)["p99"],
+    return {"scenario": "temporal", "versions": versions, "items": len(items),
+            "load": args.load, "as_of_p50_ms": _ms(as_of)["p50"],
+            "as_of_p99_ms": _ms(as_of)["p99"],
             "changes_p50_ms": _ms(changes)["p50"], "changes_p99_ms": _ms(changes)["p99"],
             "raw_postgres_as_of_p50_ms": _ms(raw)["p50"],
-            "raw_postgres_as_of_p99_ms": _ms(raw)["p99"], "cpus": os.cpu_count(),
-            "settled_s_before_reads": round(quiet_s, 1)}
+            "raw_postgres_as_of_p99_ms": _ms(raw)["p99"],
+            "load_s": round(load_s, 1), "load_versions_per_s": round(versions / load_s, 1),
+            "projected_s_after_load": round(projected_s, 1),
+            "projected_versions_per_s": round(versions / (load_s + projected_s), 1),
+            "load_cpu_ms_per_version_by_process": processes.per_fact_ms(spent, versions),
+            "load_batches_retried": retried, "settled_s_before_reads": round(quiet_s, 1),
+            "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
 async def _get(http: aiohttp.ClientSession, path: str, params: dict[str, str]) -> Any:
