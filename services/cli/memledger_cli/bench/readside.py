@@ -259,7 +259,9 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             # paused, and the reads start once the server has gone quiet (as for rebuild).
             await pause_enricher(server.nats_url)
             steps.step("waiting for the server to go quiet")
+            before = processes.snapshot(server.pid)
             quiet_s = await wait_quiet()
+            settling = processes.used(before, processes.snapshot(server.pid))
             steps.step(f"{args.queries} as-of reads, {args.queries} change-feed pages")
             as_of = await _as_of_reads(http, items, last, args.queries)
             changes = await _change_pages(http, last, args.queries)
@@ -276,6 +278,7 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             "projected_versions_per_s": round(versions / (load_s + projected_s), 1),
             "load_cpu_ms_per_version_by_process": processes.per_fact_ms(spent, versions),
             "load_batches_retried": retried, "settled_s_before_reads": round(quiet_s, 1),
+            "settle_cpu_s_by_process": {k: round(v, 1) for k, v in sorted(settling.items())},
             "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 

@@ -130,15 +130,32 @@ def _rows(conn: Connection[Any], s: str, table: str, id_column: str,
           keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
     if not keys:
         return {}
-    query = sql.SQL("SELECT * FROM {}.{} WHERE (tenant_id, {}::text) IN (SELECT * FROM "
-                    "unnest(%s::text[], %s::text[]))").format(
-        sql.Identifier(s), sql.Identifier(table), sql.Identifier(id_column))
     tenants, ids = zip(*keys, strict=True)
     with conn.cursor() as cur:
-        cur.execute(query, (list(tenants), list(ids)))
+        cur.execute(rows_query(conn, s, table, id_column), (list(tenants), list(ids)))
         columns = [c.name for c in cur.description or ()]
         found = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
     return {(r["tenant_id"], str(r[id_column])): _stringify(r, id_column) for r in found}
+
+
+def rows_query(conn: Connection[Any], s: str, table: str, id_column: str) -> sql.Composed:
+    """The rows of ``table`` with the (tenant, id) pairs of two array parameters."""
+    # The ids are cast to the column's type, not the column to text: a cast column cannot use
+    # the primary key, and every batch read the whole table (quadratic in the model's size).
+    return sql.SQL("SELECT * FROM {}.{} WHERE (tenant_id, {}) IN (SELECT * FROM "
+                   "unnest(%s::text[], %s::{}[]))").format(
+        sql.Identifier(s), sql.Identifier(table), sql.Identifier(id_column),
+        sql.SQL(_column_types(conn, s, table)[id_column]))
+
+
+def versions_query(s: str) -> sql.Composed:
+    """The current rows of the items with the (tenant, item id) pairs of two array
+    parameters (by ``versions_by_item``, as ``rows_query`` by the primary key)."""
+    return sql.SQL(
+        "SELECT row_id, tenant_id, item_id::text, lower(valid), upper(valid), sys_from, attrs, "
+        "cause FROM {}.item_versions WHERE sys_to IS NULL AND (tenant_id, item_id) IN "
+        "(SELECT * FROM unnest(%s::text[], %s::uuid[])) ORDER BY lower(valid)").format(
+        sql.Identifier(s))
 
 
 def _stringify(row: dict[str, Any], *columns: str) -> dict[str, Any]:
@@ -152,11 +169,7 @@ def _current_versions(conn: Connection[Any], s: str, keys: set[tuple[str, str]]
     if not keys:
         return {}
     tenants, ids = zip(*keys, strict=True)
-    query = sql.SQL(
-        "SELECT row_id, tenant_id, item_id::text, lower(valid), upper(valid), sys_from, attrs, "
-        "cause FROM {}.item_versions WHERE sys_to IS NULL AND (tenant_id, item_id::text) IN "
-        "(SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY lower(valid)").format(
-        sql.Identifier(s))
+    query = versions_query(s)
     found: dict[tuple[str, str], list[Version]] = {}
     for row_id, tenant, item, lower, upper, sys_from, attrs, cause in conn.execute(
             query, (list(tenants), list(ids))).fetchall():
