@@ -307,6 +307,15 @@ _HANDLERS: dict[str, Callable[[Projection, Event], None]] = {
 }
 
 
+ITEM_CHANGES = frozenset({
+    EventType.MEMORY_REVISED, EventType.MEMORY_RETRACTED, EventType.MEMORY_SUPERSEDED,
+    EventType.MEMORY_REAFFIRMED, EventType.MEMORY_ARCHIVED, EventType.MEMORY_PROMOTED,
+    EventType.MEMORY_MERGED})
+"""The events whose handlers change an item that existed before them (its row and its
+rows in time, which a batch must read first); an enrichment (an embedding, the entities
+found) changes none."""
+
+
 _SUBJECTS = ("item_id", "session_id", "entity_id", "relation_id", "feedback_id", "agent_id",
              "retrieval_id", "theme_id")
 

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from memledger_platform.events import Event
 from memledger_platform.readmodel import schema, temporal
 from memledger_platform.readmodel.checkpoint import Checkpoint, read_checkpoint
-from memledger_platform.readmodel.projection import Projection
+from memledger_platform.readmodel.projection import ITEM_CHANGES, Projection
 from memledger_platform.readmodel.temporal import Version
 from memledger_projector.core.copytext import (
     CHANGE_COLUMNS,
@@ -111,8 +111,8 @@ def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
 
 def _seed(conn: Connection[Any], s: str, events: Sequence[Event], position: int) -> Projection:
     projection = Projection(position=position)
-    items = {(e.tenant_id, str(e.payload["item_id"])) for e in events if "item_id" in e.payload
-             and e.event_type.startswith("memory.") and e.event_type != EventType.MEMORY_ASSERTED}
+    items = {(e.tenant_id, str(e.payload["item_id"])) for e in events
+             if e.event_type in ITEM_CHANGES}
     spaces = {(e.tenant_id, e.space_id) for e in events if e.event_type.startswith("space.")}
     sessions = {(e.tenant_id, str(e.payload["session_id"])) for e in events
                 if e.event_type == EventType.SESSION_ENDED}
