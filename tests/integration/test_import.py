@@ -208,3 +208,43 @@ async def test_no_other_tenants_key_and_no_key_without_the_grant_imports_into_th
     assert (named.status_code, ungranted.status_code) == (403, 403)
     assert own.status_code in (201, 404), own.text
     assert {e["tenant_id"] for e in world.events(item)} <= {"globex"}
+
+
+async def test_a_history_imported_in_a_batch_reads_as_of_each_valid_time_and_is_not_embedded_again(
+        world: World) -> None:
+    item = str(uuid.uuid4())
+    revision = {"command": "import_revision", "space_id": SPACE, "item_id": item,
+                "valid_from": "2022-01-01T00:00:00+00:00", "reason": "moved",
+                **{k: v for k, v in _memory("Ada keeps the tide tables in the attic").items()
+                   if k != "kind"}}
+    async with world.client() as admin:
+        answer = await admin.post("/v1/batch", json={"commands": [
+            {"command": "import_memory", "space_id": SPACE, "item_id": item,
+             "valid_from": "2020-01-01T00:00:00+00:00",
+             **_memory("Ada keeps the tide tables in the hall")}, revision]})
+        assert answer.status_code == 201, answer.text
+        position = answer.json()["results"][-1]["position"]
+        contents = {}
+        for valid_at in ("2021-01-01T00:00:00Z", "2023-01-01T00:00:00Z"):
+            read = await admin.get(f"/v1/spaces/{SPACE}/items/{item}", params={
+                "valid_at": valid_at, "min_position": str(position), "wait_ms": "10000"})
+            assert read.status_code == 200, read.text
+            contents[valid_at[:4]] = read.json()["item"]["content"]
+        refused = await admin.post(f"/v1/spaces/{SPACE}/memories/{item}/import",
+                                   json={**revision, "expected_version": 2})
+    assert contents == {"2021": "Ada keeps the tide tables in the hall",
+                        "2023": "Ada keeps the tide tables in the attic"}
+    assert [d["path"] for d in _error(refused, 422)["fields"]] == ["expected_version"]
+
+    async def enriched() -> None:  # the enricher read both versions (for the names in them)
+        extracted = [e for e in world.events(item)
+                     if e["event_type"] == "memory.entities_extracted"]
+        assert {e["payload"]["item_version"] for e in extracted} == {1, 2}
+
+    await eventually(enriched, timeout=60)
+    events = world.events(item)
+    assert [e["event_type"] for e in events][:4] == [
+        "memory.asserted", "memory.embedded", "memory.revised", "memory.embedded"]
+    embeddings = [e for e in events if e["event_type"] == "memory.embedded"]
+    assert [(e["payload"]["item_version"], e["actor"]) for e in embeddings] == [
+        (1, f"key:{world.key_id()}"), (2, f"key:{world.key_id()}")]
