@@ -142,7 +142,7 @@ class GroupCommitWriter:
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
         self._ahead: tuple[KeySet, Future[dict[tuple[str, str, str], SubjectKey]]] | None = None
-        self._lookups = ThreadPoolExecutor(1, "memledger-writer-keys") if keyring else None
+        self._lookups: ThreadPoolExecutor | None = None
         self._ahead_until = 0.0
         self._live_sources: set[str] = set()
         self._absent: set[UUID] = set()
@@ -157,6 +157,8 @@ class GroupCommitWriter:
 
     def start(self) -> None:
         self._watch.start()
+        if self._keyring is not None:
+            self._lookups = ThreadPoolExecutor(1, "memledger-writer-keys")
         self._thread = threading.Thread(target=self._run, name="memledger-writer", daemon=True)
         self._thread.start()
 
@@ -173,6 +175,7 @@ class GroupCommitWriter:
             self._watch.stop()
             if self._lookups is not None:
                 self._lookups.shutdown(wait=False, cancel_futures=True)
+                self._lookups = None
 
     def abandon(self) -> None:
         """Fail every submission not committed yet with ``WriterStopping`` (the commit in
@@ -500,10 +503,15 @@ class GroupCommitWriter:
         """Look the keys this group used up again, for the next group, while this one commits:
         writes come from the same few subjects, so the next group's lookup is then off the
         path of its acknowledgements (a round trip of every group's commit otherwise)."""
-        if self._lookups is not None and self._keyring is not None and self._group_keys:
-            asked = frozenset(self._group_keys)
-            self._ahead = asked, self._lookups.submit(self._keyring.existing_for_writing, asked)
-            self._ahead_until = 0.0  # usable once this group has committed
+        lookups = self._lookups
+        if lookups is None or self._keyring is None or not self._group_keys:
+            return
+        asked = frozenset(self._group_keys)
+        try:
+            self._ahead = asked, lookups.submit(self._keyring.existing_for_writing, asked)
+        except RuntimeError:  # stopped meanwhile: the next group (if any) looks them up itself
+            return
+        self._ahead_until = 0.0  # usable once this group has committed
 
     def _looked_ahead(self, group: list[_Unit]) -> tuple[KeySet, dict[tuple[str, str, str],
                                                                         SubjectKey]]:
