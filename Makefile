@@ -13,7 +13,7 @@ run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stop
 	$(BIN)/memledger up
 
 test: lint               ## the linters, then the whole suite against real engines (what CI runs)
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
