@@ -196,13 +196,18 @@ def _unsure(ranked: list[Ranked], words: Mapping[str, Candidate], zone: int) -> 
 def _bounded(candidates: Sequence[Candidate], query: Sequence[float] | None
              ) -> tuple[dict[str, Candidate], list[Candidate]]:
     """The candidates found by their words alone (by item id), and every candidate with
-    those given dense search's lowest cosine (none without a query or dense hits)."""
+    those given dense search's lowest cosine (none without a query). Without dense hits
+    nothing in the scope is embedded yet (a point without a dense vector is never a dense
+    hit): every candidate is marked so, and none is looked up."""
     returned = [c.dense for c in candidates if c.dense is not None]
-    if query is None or not returned:
+    if query is None:
         return {}, list(candidates)
+    if not returned:
+        return {}, [replace(c, embedded=False) for c in candidates]
     lowest = min(returned)
     words = {c.item_id: c for c in candidates if c.dense is None and c.point_id is not None}
-    return words, [replace(c, dense=lowest) if c.item_id in words else c for c in candidates]
+    return words, [replace(c, dense=lowest, embedded=None) if c.item_id in words else c
+                   for c in candidates]
 
 
 def _walked(shown: list[Ranked], kept: list[Ranked], into: Mapping[str, str]) -> int:
@@ -245,7 +250,8 @@ def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candid
         item = str(hit.payload["item_id"])
         known = merged.get(item)
         merged[item] = Candidate(item, hit.payload, dense=None if known is None else known.dense,
-                                 keyword=hit.score, layer=layer, point_id=hit.point_id)
+                                 keyword=hit.score, layer=layer, point_id=hit.point_id,
+                                 embedded=None if known is None else True)
     return list(merged.values())
 
 
