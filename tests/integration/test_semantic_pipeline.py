@@ -286,7 +286,9 @@ async def test_a_fresh_write_is_found_by_its_words_before_it_is_embedded(
     asked = {"query": "when does the nightly backup run", "explain": True,
              "min_position": fresh["position"]}
     async with running.client("acme") as client:
-        before = await _search(client, **asked)
+        audited = await client.post("/v1/search", json={**asked, "audit": True})
+        assert audited.status_code == 200, audited.text
+        before = audited.json()["results"]
         assert await embedded(1), "the fresh memory was embedded before it was searched for"
         assert [h["item_id"] for h in before] == [fresh["item_id"]], "not found by its words"
         assert before[0]["explain"]["words_only"] == 1
@@ -299,4 +301,8 @@ async def test_a_fresh_write_is_found_by_its_words_before_it_is_embedded(
             hits = await _search(client, **asked)
             return hits if hits and not hits[0]["explain"]["words_only"] else []
         after = await eventually(holds(by_meaning_too), timeout=30)
+        # replayed at its basis, before the embedding, it ranks by the words alone again
+        replay = (await client.post(
+            f"/v1/retrievals/{audited.json()['retrieval_id']}/replay")).json()
     assert after[0]["item_id"] == fresh["item_id"]
+    assert (replay["same"], replay["differences"]) == (True, []), replay

@@ -326,3 +326,25 @@ def test_scoring_unembedded_candidates_when_they_could_be_shown_ranks_as_scoring
     expected = [r.candidate.item_id for r in rank(everything, RECIPE, NOW)][:5]
     assert [r.candidate.item_id for r in found.hits] == expected
     assert any(r.candidate.embedded is False for r in found.hits)
+
+
+def test_a_search_as_of_before_an_items_embedding_judges_it_as_it_was_then() -> None:
+    # The index keeps the current vector with the position it came at (6): pinned before it,
+    # as an audited search and its replay are, the item is judged by its words alone and
+    # collapses nothing; pinned after it, or now, by meaning too.
+    elsewhere = [point(10 + n, BUILD, space="other") for n in range(6)]
+    late = point(1, TEA, embedded_from=6.0, sys_from=2.0)
+    twin = point(2, TEA, sys_from=1.0, importance=0.4)
+    index = index_of(late, twin, *elsewhere)
+
+    def at(position: int | None) -> Found:
+        [layer] = find(index, Layer("space", scope(spaces=("notes",), position=position), 5),
+                       threshold=0.0)
+        return layer
+    then = at(5)
+    assert items([then]) == [["item-2", "item-1"]], "no vector to collapse it by"
+    assert [r.explain["words_only"] for r in then.hits] == [0, 1]
+    assert then.hits[1].relevance == pytest.approx(then.hits[1].explain["keyword"], abs=1e-6)
+    for later in (6, None):
+        assert items([at(later)]) == [["item-1"]], "collapsed into each other once embedded"
+        assert at(later).collapsed == {"item-2": "item-1"}
