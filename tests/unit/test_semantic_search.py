@@ -348,3 +348,19 @@ def test_a_search_as_of_before_an_items_embedding_judges_it_as_it_was_then() -> 
     for later in (6, None):
         assert items([at(later)]) == [["item-1"]], "collapsed into each other once embedded"
         assert at(later).collapsed == {"item-2": "item-1"}
+
+
+def test_an_embedded_item_is_given_its_cosine_when_the_subject_filter_left_no_dense_hit(
+        ) -> None:
+    # dense search's best few are all about someone else: the one about Alice, found by its
+    # words, is embedded and judged by meaning too, not by its words alone
+    query = EMBEDDER.embed_query(QUERY)
+    others = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD, subject="bob").payload,
+                           encode_document(BUILD)) for n in range(40)]
+    index = index_of(*others, point(1, HOME, subject="alice"))
+    [layer] = find(index, threshold=0.0, subject="alice")
+    [hit] = layer.hits
+    assert hit.candidate.embedded is True
+    assert hit.explain["words_only"] == 0
+    assert hit.explain["dense"] > 0.5

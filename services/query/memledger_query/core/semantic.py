@@ -205,15 +205,13 @@ def _unsure(ranked: list[Ranked], words: Mapping[str, Candidate], zone: int) -> 
 def _bounded(candidates: Sequence[Candidate], query: Sequence[float] | None
              ) -> tuple[dict[str, Candidate], list[Candidate]]:
     """The candidates found by their words alone (by item id), and every candidate with
-    those given dense search's lowest cosine (none without a query). Without dense hits
-    nothing in the scope is embedded yet (a point without a dense vector is never a dense
-    hit): every candidate is marked so, and none is looked up."""
+    those given dense search's lowest cosine (none without a query). Without a dense hit
+    among the candidates (none embedded in the scope, or the subject or session filter left
+    none) the bound is 1, which no cosine exceeds."""
     returned = [c.dense for c in candidates if c.dense is not None]
     if query is None:
         return {}, list(candidates)
-    if not returned:
-        return {}, [replace(c, embedded=False) for c in candidates]
-    lowest = min(returned)
+    lowest = min(returned, default=1.0)
     words = {c.item_id: c for c in candidates if c.dense is None and c.point_id is not None}
     return words, [replace(c, dense=lowest, embedded=None) if c.item_id in words else c
                    for c in candidates]
