@@ -4,6 +4,7 @@ index's process leaves this process's threads running. Then the vector projector
 restart: what the index lost since its last flush is derived again from the log."""
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -110,6 +111,53 @@ def test_a_shard_held_by_another_process_is_not_opened_until_let_go(tmp_path: Pa
         assert again.count() == 1
     finally:
         again.close()
+
+
+_STUCK_INDEX = """
+import sys, time
+from memledger_platform.vectorindex import process, qdrant_edge
+qdrant_edge.QdrantEdgeVectorIndex.close = lambda self: time.sleep(3600)  # a build never ending
+sys.exit(process.main(sys.argv[1:]))
+"""
+
+_OWNER = """
+import subprocess, sys, time
+from memledger_platform.vectorindex import process
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+assert child.stdout is not None
+assert process._read(child.stdout) == ("ok", None)
+print(child.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # ended; a zombie waits for a reaper that is not ours
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_index_whose_owner_died_ends_though_its_close_would_never_end(
+        tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, _STUCK_INDEX, str(tmp_path / "vectors"), "3", "info",
+         "json", str(tmp_path / "vectors.sock")], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    index_pid = int(owner.stdout.readline())
+    owner.kill()
+    owner.wait()
+    try:
+        deadline = time.monotonic() + 6 * process.ORPHAN_GRACE_SECONDS
+        while not _gone(index_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone(index_pid), "the orphaned index process is still running"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(index_pid, signal.SIGKILL)
 
 
 def test_after_the_process_dies_a_search_starts_it_again_and_the_next_write_is_told(

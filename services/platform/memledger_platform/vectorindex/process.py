@@ -10,7 +10,8 @@ and any number of readers (``remote.SocketVectorIndex``: the query processes).
 The index process opens the shard, serves it on a Unix socket in the data directory (``wire``:
 its owner's only), then answers ``("ok", None)`` on its stdout (or ``("error", exception)``
 if the shard could not be opened). Its stdin is its owner's lifeline: the process closes the
-shard (flushing it) and exits when its stdin ends, on SIGTERM, and when its owner dies. Calls
+shard (flushing it) and exits when its stdin ends, on SIGTERM, and when its owner dies; unless
+its owner said goodbye first, it is given ``ORPHAN_GRACE_SECONDS`` for that. Calls
 are answered one at a time, whichever connection they come on (the engine runs one at a time
 anyway).
 """
@@ -34,6 +35,10 @@ from memledger_platform.vectorindex.remote import ForwardedVectorIndex
 log = logging.getLogger(__name__)
 
 RESTART_SECONDS = 5.0
+ORPHAN_GRACE_SECONDS = 10
+"""How long an index whose owner died may take to close its shard before the kernel ends it."""
+_GOODBYE = b"."
+"""What an owner writes on the lifeline before it ends it: this stop is the owner's own."""
 _READS = frozenset({"search", "search_sparse", "vectors"})
 """Calls that may follow a restart without ``IndexReopened``: they write nothing."""
 
@@ -155,6 +160,10 @@ class ProcessVectorIndex(ForwardedVectorIndex):
         """Stop the process: its stdin ends, so it closes the shard (after the call under way)
         and exits."""
         self._drop()
+        if self._process.stdin is not None and not self._process.stdin.closed:
+            with contextlib.suppress(OSError):  # a process already gone reads no goodbye
+                self._process.stdin.write(_GOODBYE)
+                self._process.stdin.flush()
         for stream in (self._process.stdin, self._process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -255,16 +264,29 @@ def main(argv: list[str]) -> int:
         index.close()
         _answer(answers, "error", error)
         return 1
+    told = False
     try:
         threading.Thread(target=server.accept, name="index-listener", daemon=True).start()
         _answer(answers, "ok", None)
-        while lifeline.read(1):  # until the owner closes it (or dies)
-            pass
+        while chunk := lifeline.read(1):  # until the owner closes it (or dies)
+            told = chunk == _GOODBYE
     finally:
+        if not told:
+            _bound_close()
         server.stop()
         index.close()
         Path(address).unlink(missing_ok=True)
     return 0
+
+
+def _bound_close() -> None:
+    """With its owner dead (the lifeline ended without a goodbye, or the parent-death
+    SIGTERM), nobody waits for the flush, and a graph build under way (holding the GIL, so no
+    Python thread can step in) kept an orphan busy for many minutes over a deleted folder:
+    SIGALRM's default action ends the process from the kernel. A shard cut short reopens
+    from its files, as after a kill -9; the owner bounds its own close (``_end``)."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(ORPHAN_GRACE_SECONDS)
 
 
 if __name__ == "__main__":
