@@ -34,7 +34,7 @@ from memledger_platform.vectorindex.remote import ForwardedVectorIndex
 log = logging.getLogger(__name__)
 
 RESTART_SECONDS = 5.0
-_READS = frozenset({"search", "search_sparse", "vectors"})
+_READS = frozenset({"search", "search_sparse", "search_both", "vectors"})
 """Calls that may follow a restart without ``IndexReopened``: they write nothing."""
 
 
