@@ -1,5 +1,8 @@
 # The README's first two commands are `make run` and `make test`; each sets up .venv itself.
 PYTHON ?= python3.11
+# make test's pytest workers; a module's tests stay in one (--dist loadfile), so the server or
+# pipeline a module shares is started once
+TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -10,7 +13,7 @@ run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stop
 	$(BIN)/memledger up
 
 test: lint               ## the linters, then the whole suite against real engines (what CI runs)
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -16,7 +16,7 @@ from memledger_platform.endpoints import Endpoints
 from memledger_platform.engines import EmbeddedNats, EmbeddedPostgres
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_schemas.subjects import Subjects
-from tests.support import delete_streams
+from tests.support import FAULT_TABLE, delete_streams
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,6 +28,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("faults") is not None:
             item.add_marker(skip)
+
+
+class FaultTables:
+    """The fault runs' results tables, gathered from the tests' reports (so from workers too)
+    and printed at the end of the run."""
+
+    def __init__(self) -> None:
+        self.tables: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tables += [str(text) for name, text in report.user_properties
+                        if name == FAULT_TABLE]
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for text in self.tables:
+            terminalreporter.write_sep("=", "fault injection")
+            terminalreporter.write_line(text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(FaultTables(), "memledger-fault-tables")
 
 
 @pytest.fixture(scope="session")

@@ -2,16 +2,23 @@
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import httpx
 import orjson
 from nats.js import JetStreamContext
 
 from memledger_schemas.subjects import Subjects
 
 T = TypeVar("T")
+
+_probes = threading.local()
+
+FAULT_TABLE = "fault injection table"
+"""The name of a test's user property that holds a fault run's results table."""
 
 
 async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 10.0,  # noqa: ASYNC109
@@ -37,6 +44,16 @@ def eventually_sync(check: Callable[[], T], timeout: float = 10.0, interval: flo
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
+
+
+def probe() -> httpx.Client:
+    """This thread's HTTP client for polls (timeout 10 s unless a request says otherwise):
+    ``httpx.get`` makes a new client each call, ~20 ms of CPU (it loads the CA bundle), which
+    a poll every 50 ms takes from the services it waits for."""
+    client: httpx.Client | None = getattr(_probes, "client", None)
+    if client is None:
+        client = _probes.client = httpx.Client(timeout=10)
+    return client
 
 
 def holds(check: Callable[[], Awaitable[T | None]], what: str = ""

@@ -14,12 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
 from memledger_platform.engines import free_port
-from tests.support import eventually_sync
+from tests.support import eventually_sync, probe
 
 
 @dataclass
@@ -129,4 +128,4 @@ def space() -> str:
 
 
 def _assert_healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    assert probe().get(f"{url}/health", timeout=2).status_code == 200

@@ -5,7 +5,6 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import httpx
 import pytest
 
 from memledger_client import AsyncClient, Client, Conflict, InvalidRequest, NotFound
@@ -13,7 +12,7 @@ from memledger_client.results import Change
 from memledger_schemas.commands import AssertMemory
 from memledger_schemas.events import Triple
 from tests.e2e.conftest import Running, start
-from tests.support import eventually, eventually_sync
+from tests.support import eventually, eventually_sync, probe
 
 JAN_2020 = datetime(2020, 1, 1, tzinfo=UTC)
 JAN_2022 = datetime(2022, 1, 1, tzinfo=UTC)
@@ -34,7 +33,7 @@ def space() -> str:
 
 
 def _healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    assert probe().get(f"{url}/health", timeout=2).status_code == 200
 
 
 def test_a_write_is_read_back_at_once_as_of_and_through_its_history(

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Running, start
-from tests.support import eventually_sync, large_batch
+from tests.support import eventually_sync, large_batch, probe
 
 LARGEST = 32 * 1024 * 1024
 PATIENCE_SECONDS = 180.0
@@ -31,7 +31,7 @@ def guarded(tmp_path: Path) -> Iterator[Running]:
 
 
 def _healthy(url: str) -> None:
-    assert httpx.get(f"{url}/health", timeout=2).status_code == 200
+    assert probe().get(f"{url}/health", timeout=2).status_code == 200
 
 
 def _api(running: Running) -> httpx.Client:

@@ -18,7 +18,7 @@ from memledger_cli.up import CHILDREN
 from memledger_platform.engines import free_port
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 from tests.e2e.conftest import Running, engine_processes, start
-from tests.support import eventually_sync
+from tests.support import eventually_sync, probe
 
 WAIT_MS = 30_000
 """Reads wait this long for their position: on a loaded machine projection can lag seconds."""
@@ -64,7 +64,7 @@ def test_a_write_is_found_by_meaning_through_the_public_api(memledger: Running, 
     _write_fact(memledger.url, "Penguins live in the southern hemisphere", space)
 
     def found() -> None:
-        response = httpx.post(f"{memledger.url}/v1/search", json={
+        response = probe().post(f"{memledger.url}/v1/search", json={
             "query": "deadline for submitting the financial summary", "mode": "execution",
             "spaces": [space],
             "weights": {"dense": 1.0, "keyword": 0.0}, "threshold": 0.3,
@@ -106,7 +106,7 @@ def test_a_write_is_relayed_to_jetstream(memledger: Running, space: str) -> None
     position = _write_fact(memledger.url, "The sky is blue", space)["position"]
 
     def relayed() -> None:
-        health = httpx.get(f"{memledger.url}/health").json()
+        health = probe().get(f"{memledger.url}/health").json()
         assert health["relayed_position"] >= position
 
     eventually_sync(relayed)
@@ -189,7 +189,7 @@ def test_nats_intake_answers_a_command_like_http_does(memledger: Running) -> Non
 
 
 def _healthy(running: Running) -> None:
-    assert httpx.get(f"{running.url}/health", timeout=2).status_code == 200
+    assert probe().get(f"{running.url}/health", timeout=2).status_code == 200
 
 
 def _assert_kept(running: Running, written: dict[str, object], content: str) -> None:

@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from memledger_platform.auth import TENANT_HEADER
 from memledger_schemas.subjects import Subjects, partition_of
 from tests.e2e.conftest import Running, started
-from tests.support import eventually_sync
+from tests.support import eventually_sync, probe
 
 WAIT_MS = 30_000
 TENANTS = ("default", next(t for t in ("acme", "globex", "initech")
@@ -85,9 +85,9 @@ def _write_and_read(url: str) -> None:
         assert read.json()["basis"]["position"] >= position
 
         def found(tenant: str = tenant, position: int = position) -> None:
-            response = httpx.post(f"{url}/v1/search", headers={TENANT_HEADER: tenant},
-                                  timeout=10, json={"query": "when is the launch",
-                                                    "min_position": position})
+            response = probe().post(f"{url}/v1/search", headers={TENANT_HEADER: tenant},
+                                    timeout=10, json={"query": "when is the launch",
+                                                      "min_position": position})
             assert response.status_code == 200, response.text  # 503 until embedded
             assert [h["content"] for h in response.json()["results"]] == [
                 f"The launch of {tenant} is on Friday"]

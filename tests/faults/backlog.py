@@ -24,6 +24,7 @@ import httpx
 from tests.faults.cluster import Cluster
 from tests.faults.mixed import Effect, MixedLoad
 from tests.faults.scenario import _enriched
+from tests.support import probe
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def _reached(cluster: Cluster, position: int) -> bool:
 def _projected(cluster: Cluster) -> int:
     """The PostgreSQL read model's position (-1: no answer)."""
     try:
-        return int(httpx.get(f"{cluster.query_url}/v1/query/health", headers=cluster.headers(),
+        return int(probe().get(f"{cluster.query_url}/v1/query/health", headers=cluster.headers(),
                              timeout=10).json()["projected_position"])
     except (httpx.HTTPError, ValueError, KeyError):
         return -1
@@ -172,7 +173,7 @@ def _projected(cluster: Cluster) -> int:
 def _relayed(cluster: Cluster) -> int:
     """The position the relay has published up to (-1: no answer)."""
     try:
-        health = httpx.get(f"{cluster.ingest_url}/health", timeout=10).json()
+        health = probe().get(f"{cluster.ingest_url}/health", timeout=10).json()
         return int(health["position"]) - int(health["relay_lag"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return -1
@@ -181,7 +182,7 @@ def _relayed(cluster: Cluster) -> int:
 def _searchable(cluster: Cluster, position: int, wait_ms: int) -> bool:
     """Whether the vector index has reached ``position`` (a search naming it answers)."""
     try:
-        return httpx.post(f"{cluster.query_url}/v1/search", headers=cluster.headers(), json={
+        return probe().post(f"{cluster.query_url}/v1/search", headers=cluster.headers(), json={
             "query": "probe", "spaces": ["mixed-0"], "k": 1, "min_position": position,
             "wait_ms": wait_ms}, timeout=10).status_code == 200
     except httpx.HTTPError:

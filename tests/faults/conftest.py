@@ -1,23 +1,18 @@
-"""The fault suite's results tables, printed at the end of the run. (Its full suite is marked
-``faults``: see ``tests/conftest.py``.)"""
+"""The fault suite's results tables, printed at the end of the run (by ``tests/conftest.py``,
+from the tests' reports). (Its full suite is marked ``faults``: see ``tests/conftest.py``.)"""
+
+from collections.abc import Iterator
 
 import pytest
 
-TABLES = pytest.StashKey[list[str]]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[TABLES] = []
+from tests.support import FAULT_TABLE
 
 
 @pytest.fixture
-def results_tables(request: pytest.FixtureRequest) -> list[str]:
+def results_tables(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     """Append a results table here to have it printed at the end of the run."""
-    return request.config.stash[TABLES]
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
-    for text in config.stash.get(TABLES, []):
-        terminalreporter.write_sep("=", "fault injection")
-        terminalreporter.write_line(text)
+    tables: list[str] = []
+    yield tables
+    # Carried by the test's report: with workers (pytest-xdist) the test ran in another
+    # process than the one that prints the summary.
+    request.node.user_properties += [(FAULT_TABLE, text) for text in tables]

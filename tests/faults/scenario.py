@@ -18,7 +18,7 @@ import psycopg
 from tests.faults.cluster import Cluster
 from tests.faults.cluster_faults import CLUSTER_FAULTS
 from tests.faults.load import Acked, Load
-from tests.support import eventually_sync, holds_sync
+from tests.support import eventually_sync, holds_sync, probe
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,14 @@ def _caught_up(cluster: Cluster, acked: Acked) -> bool:
 def _in_postgres(cluster: Cluster, acked: Acked) -> bool:
     """Whether the PostgreSQL read model has the write (a read of its item naming its position:
     the query service waits up to a second for it)."""
-    return _answers(lambda: httpx.get(
+    return _answers(lambda: probe().get(
         f"{cluster.query_url}/v1/spaces/{acked.space}/items/{acked.item_id}",
         params={"min_position": acked.position, "wait_ms": 1_000}, timeout=10))
 
 
 def _in_vectors(cluster: Cluster, position: int) -> bool:
     """Whether the vector index has reached ``position`` (a search naming it)."""
-    return _answers(lambda: httpx.post(f"{cluster.query_url}/v1/search", json={
+    return _answers(lambda: probe().post(f"{cluster.query_url}/v1/search", json={
         "query": "probe", "spaces": ["load-0"], "k": 1, "min_position": position,
         "wait_ms": 1_000}, timeout=10))
 
@@ -202,7 +202,7 @@ def settle(cluster: Cluster, load: Load, timeout: float = 300.0) -> None:
 
 def _committed(cluster: Cluster) -> int | None:
     try:
-        return int(httpx.get(f"{cluster.ingest_url}/health", timeout=10).json()["position"])
+        return int(probe().get(f"{cluster.ingest_url}/health", timeout=10).json()["position"])
     except (httpx.HTTPError, ValueError, KeyError):
         return None
 
@@ -210,7 +210,7 @@ def _committed(cluster: Cluster) -> int | None:
 def _projected(cluster: Cluster) -> int | None:
     """The PostgreSQL read model's position."""
     try:
-        return int(httpx.get(f"{cluster.query_url}/v1/query/health",
+        return int(probe().get(f"{cluster.query_url}/v1/query/health",
                              timeout=10).json()["projected_position"])
     except (httpx.HTTPError, ValueError, KeyError):
         return None
@@ -218,7 +218,7 @@ def _projected(cluster: Cluster) -> int | None:
 
 def _relay_lag(cluster: Cluster) -> int | None:
     try:
-        lag = httpx.get(f"{cluster.ingest_url}/health", timeout=10).json()["relay_lag"]
+        lag = probe().get(f"{cluster.ingest_url}/health", timeout=10).json()["relay_lag"]
     except (httpx.HTTPError, ValueError, KeyError):
         return None
     return None if lag is None else int(lag)

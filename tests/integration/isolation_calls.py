@@ -32,12 +32,12 @@ async def call_http(system: System, case: HttpCase, fill: Fill, token: str | Non
                     tenant: str | None = None) -> Answer:
     path, params, body = case.request(fill)
     sent = orjson.dumps([path, params, body]).decode()
-    async with system.client(token, tenant) as client:
-        for _ in range(20):  # a rate limit is a wait, not an answer
-            response = await client.request(case.method, path, params=params, json=body)
-            if response.status_code != 429:
-                break
-            await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+    client = system.caller(token, tenant)
+    for _ in range(20):  # a rate limit is a wait, not an answer
+        response = await client.request(case.method, path, params=params, json=body)
+        if response.status_code != 429:
+            break
+        await asyncio.sleep(float(response.headers.get("retry-after", "1")))
     return Answer(str(response.status_code), response.text, sent)
 
 

@@ -8,7 +8,7 @@ from uuid import UUID
 import pytest
 
 from memledger_platform.endpoints import Endpoints
-from memledger_platform.eventstore import EventStore, RecordedEvent
+from memledger_platform.eventstore import EventStore, RecordedEvent, StreamConflict
 from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
 from memledger_platform.logshare import StreamShare
 from tests.integration.events_support import envelope, read_everything
@@ -104,3 +104,17 @@ def test_a_store_opened_at_its_address_reads_the_same_log(
         assert elsewhere.read_all(0, 10) == event_store.read_all(0, 10)
     finally:
         elsewhere.close()
+
+
+def test_a_refused_append_is_named_as_such_and_the_connection_goes_on(
+        event_store: PostgresEventStore) -> None:
+    """An append and its COMMIT go as one pipeline: when a statement fails, the ones after
+    it are skipped (``PipelineAborted``), the transaction is rolled back, and the failure is
+    still reported as the conflict it was, every time, never retried as a lost connection."""
+    event_store.append([envelope(UUID(int=8), 1)])
+    for _ in range(6):  # more than the pool's connections: each was left usable
+        with pytest.raises(StreamConflict):
+            event_store.append([envelope(UUID(int=9), 1), envelope(UUID(int=8), 1)])
+    assert [e.stream_id for e in event_store.read_all(0, 10)] == [UUID(int=8)]
+    event_store.append([envelope(UUID(int=9), 1)])
+    assert event_store.read_streams([UUID(int=9)])[UUID(int=9)][0].stream_version == 1

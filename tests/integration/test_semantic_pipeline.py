@@ -37,7 +37,8 @@ KEYWORDS_ONLY = {"weights": {"dense": 0.0, "keyword": 1.0}, "threshold": 0.0}
 
 
 class GatedEmbedder(HashingEmbedder):
-    """An embedder that hangs until the test opens the gate: a slow or stuck model."""
+    """An embedder whose documents wait until the test opens the gate: a slow or stuck
+    enricher (the query service's embedding of a query does not wait)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -46,6 +47,10 @@ class GatedEmbedder(HashingEmbedder):
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         self.gate.wait(60)
         return super().embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        # The query service's own embedding is not the enricher's: only documents wait.
+        return self._one(text)
 
 
 @pytest.fixture
@@ -260,3 +265,44 @@ async def test_a_stuck_embedder_never_holds_up_writes_reads_or_keyword_search(
         return len([e for e in read_everything(event_store)
                     if e.event_type == "memory.embedded"]) == 2
     await eventually(holds(embedded), timeout=30)
+
+
+@pytest.mark.parametrize("embedder", ["gated"], indirect=True)
+async def test_a_fresh_write_is_found_by_its_words_before_it_is_embedded(
+        running: Pipeline, event_store: PostgresEventStore, embedder: GatedEmbedder) -> None:
+    # A memory embedded already, so dense search has hits to bound the fresh one's cosine by.
+    embedder.gate.set()
+    await _write(running, "acme", CreateSpace(space_id="main"))
+    await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="lunch is served in the canteen"))
+
+    async def embedded(count: int) -> bool:
+        return len([e for e in read_everything(event_store)
+                    if e.event_type == "memory.embedded"]) == count
+    await eventually(holds(lambda: embedded(1)), timeout=30)
+    embedder.gate.clear()  # the enricher is stuck from here on
+    fresh = await _write(running, "acme", AssertMemory(
+        space_id="main", kind="fact", content="the nightly backup runs at midnight"))
+    asked = {"query": "when does the nightly backup run", "explain": True,
+             "min_position": fresh["position"]}
+    async with running.client("acme") as client:
+        audited = await client.post("/v1/search", json={**asked, "audit": True})
+        assert audited.status_code == 200, audited.text
+        before = audited.json()["results"]
+        assert await embedded(1), "the fresh memory was embedded before it was searched for"
+        assert [h["item_id"] for h in before] == [fresh["item_id"]], "not found by its words"
+        assert before[0]["explain"]["words_only"] == 1
+        assert before[0]["relevance"] == before[0]["explain"]["keyword"]
+        assert before[0]["explain"]["fused"] == before[0]["explain"]["keyword"]
+        embedder.gate.set()
+        await eventually(holds(lambda: embedded(2)), timeout=30)
+
+        async def by_meaning_too() -> list[dict[str, Any]]:
+            hits = await _search(client, **asked)
+            return hits if hits and not hits[0]["explain"]["words_only"] else []
+        after = await eventually(holds(by_meaning_too), timeout=30)
+        # replayed at its basis, before the embedding, it ranks by the words alone again
+        replay = (await client.post(
+            f"/v1/retrievals/{audited.json()['retrieval_id']}/replay")).json()
+    assert after[0]["item_id"] == fresh["item_id"]
+    assert (replay["same"], replay["differences"]) == (True, []), replay

@@ -96,7 +96,7 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
     assert found.explain == {
         "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71, "fused": 0.59,
         "time_nearness": 0.0, "time_factor": 1.0, "session_keyword": 0.0, "session_factor": 1.0,
-        "age_days": 180.0, "half_life_days": 180.0,
+        "words_only": 0, "age_days": 180.0, "half_life_days": 180.0,
         "decay": 0.5, "recency_factor": 0.9,
         "importance_factor": 1.1, "confidence_factor": 0.85, "signals_used": 1,
         "signals_unused": 0, "signals_reaffirmed": 0, "signals_rated": 0, "rating_mean": 0,
@@ -163,9 +163,57 @@ def test_a_candidate_found_by_its_words_alone_is_given_its_cosine() -> None:
     assert [c.keyword for c in found] == [4.0, 4.0]
 
 
-def test_a_candidate_without_a_cosine_keeps_no_dense_score() -> None:
+def test_a_candidate_without_a_cosine_keeps_no_dense_score_and_is_marked_unembedded() -> None:
     words = candidate("words", keyword=4.0)
-    assert complete_dense([words], {}) == [words], "not embedded: nothing to compare"
+    assert complete_dense([words], {}) == [replace(words, embedded=False)], \
+        "not embedded: nothing to compare"
+
+
+# --- a candidate not yet embedded -------------------------------------------------------------
+
+def test_a_candidate_not_yet_embedded_is_judged_and_ordered_by_its_words_alone() -> None:
+    fresh = score(replace(candidate("fresh", keyword=12.0), embedded=False), RECIPE, NOW)
+    assert fresh.relevance == pytest.approx(0.75), "keyword alone, as a search without the " \
+        "query's embedding judges it, not 0.3 * keyword"
+    assert fresh.relevance >= MODES["execution"].threshold
+    assert fresh.explain["fused"] == fresh.explain["keyword"] == pytest.approx(0.75)
+    assert fresh.score == pytest.approx(0.75)
+    assert fresh.explain["words_only"] == 1
+
+
+def test_an_embedded_candidate_without_a_cosine_still_counts_cosine_zero() -> None:
+    # embedded but unrelated in meaning (its cosine not asked): words weigh as calibrated
+    found = score(candidate("known", keyword=12.0), RECIPE, NOW)
+    assert found.relevance == pytest.approx(0.3 * 0.75)
+    assert found.explain["words_only"] == 0
+
+
+def test_the_recipe_can_count_an_unembedded_candidate_as_cosine_zero() -> None:
+    fresh = replace(candidate("fresh", keyword=12.0), embedded=False)
+    found = score(fresh, replace(RECIPE, words_only=False), NOW)
+    assert found.relevance == pytest.approx(0.3 * 0.75)
+    assert found.explain["words_only"] == 0
+    assert policy_version(replace(RECIPE, words_only=False), "m") != policy_version(RECIPE, "m")
+
+
+def test_a_search_weighted_off_keywords_does_not_judge_an_unembedded_candidate_by_them(
+        ) -> None:
+    fresh = replace(candidate("fresh", keyword=12.0), embedded=False)
+    dense_only = replace(RECIPE, keyword_weight=0.0, order_keyword_weight=0.0)
+    assert score(fresh, dense_only, NOW).relevance == 0.0
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 40.0), st.booleans())
+def test_a_candidate_whose_embedding_is_unknown_ranks_no_lower_than_once_known(
+        bound: float, keyword: float, embedded: bool) -> None:
+    # dense bounds its cosine from above (the last dense hit): once known, embedded or not,
+    # it can only move down, so a search looks up only those that could be shown
+    unknown = score(replace(candidate("c", dense=bound, keyword=keyword), embedded=None),
+                    RECIPE, NOW)
+    known = score(replace(candidate("c", dense=bound * 0.9 if embedded else None,
+                                    keyword=keyword), embedded=embedded), RECIPE, NOW)
+    assert known.relevance <= unknown.relevance + 1e-12
+    assert known.score <= unknown.score + 1e-12
 
 
 def test_a_turn_found_by_its_words_outranks_a_weaker_one_dense_search_returned() -> None:

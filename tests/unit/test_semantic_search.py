@@ -336,3 +336,90 @@ def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring
     expected = [r.candidate.item_id for r in rank(everything, RECIPE, NOW)][:5]
     assert [r.candidate.item_id for r in found.hits] == expected
     assert any(r.candidate.item_id.startswith("words") for r in found.hits)
+
+
+def test_an_item_not_yet_embedded_is_judged_by_its_words_alone_as_the_threshold_goes(
+        ) -> None:
+    # alone in its scope (dense search finds nothing there) and beside an embedded item; the
+    # other space's items make the query's words rare in the index, as they are in use
+    elsewhere = [point(10 + n, BUILD, space="other") for n in range(6)]
+    for others in ((), (point(2, BUILD),)):
+        [layer] = find(index_of(point(1, TEA, embedded=False), *others, *elsewhere),
+                       Layer("space", scope(spaces=("notes",)), 5))
+        [hit] = layer.hits
+        assert hit.candidate.embedded is False
+        assert hit.relevance == pytest.approx(hit.explain["keyword"], abs=1e-6)
+        assert hit.relevance >= THRESHOLD
+        assert hit.explain["words_only"] == 1
+
+
+def test_scoring_unembedded_candidates_when_they_could_be_shown_ranks_as_scoring_all(
+        ) -> None:
+    # as above, a third of the items naming the query's words not yet embedded: judged by
+    # their words alone, which may rank them above the bound the others are looked up by
+    query = np.asarray(EMBEDDER.embed_query(QUERY))
+    rng = np.random.default_rng(11)
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query * 0.5 + rng.normal(
+                               0, 0.3, query.size)),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    words = [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
+                          None if n % 3 == 0 else
+                          list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
+                          point(200 + n, text).payload | {"item_id": f"words-{n}"},
+                          encode_document(text))
+             for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+    index = CountingIndex()
+    index.upsert([*closer, *words])
+    layer = Layer("space", scope(), 5)
+    [found] = search(index, list(query), QUERY, [layer], RECIPE, threshold=0.0, now=NOW)
+    payloads = {str(p.payload["item_id"]): p.payload for p in [*closer, *words]}
+    cosines = {str(h.payload["item_id"]): h.score
+               for h in index.search(list(query), scope(), 100)}
+    keywords = {str(h.payload["item_id"]): h.score
+                for h in index.search_sparse(encode_query(QUERY), scope(), 100)}
+    fetched = [str(h.payload["item_id"]) for h in index.search(list(query), scope(), 40)]
+    everything = [Candidate(item, payloads[item], dense=cosines.get(item),
+                            keyword=keywords.get(item), embedded=item in cosines)
+                  for item in {*fetched, *keywords}]
+    expected = [r.candidate.item_id for r in rank(everything, RECIPE, NOW)][:5]
+    assert [r.candidate.item_id for r in found.hits] == expected
+    assert any(r.candidate.embedded is False for r in found.hits)
+
+
+def test_a_search_as_of_before_an_items_embedding_judges_it_as_it_was_then() -> None:
+    # The index keeps the current vector with the position it came at (6): pinned before it,
+    # as an audited search and its replay are, the item is judged by its words alone and
+    # collapses nothing; pinned after it, or now, by meaning too.
+    elsewhere = [point(10 + n, BUILD, space="other") for n in range(6)]
+    late = point(1, TEA, embedded_from=6.0, sys_from=2.0)
+    twin = point(2, TEA, sys_from=1.0, importance=0.4)
+    index = index_of(late, twin, *elsewhere)
+
+    def at(position: int | None) -> Found:
+        [layer] = find(index, Layer("space", scope(spaces=("notes",), position=position), 5),
+                       threshold=0.0)
+        return layer
+    then = at(5)
+    assert items([then]) == [["item-2", "item-1"]], "no vector to collapse it by"
+    assert [r.explain["words_only"] for r in then.hits] == [0, 1]
+    assert then.hits[1].relevance == pytest.approx(then.hits[1].explain["keyword"], abs=1e-6)
+    for later in (6, None):
+        assert items([at(later)]) == [["item-1"]], "collapsed into each other once embedded"
+        assert at(later).collapsed == {"item-2": "item-1"}
+
+
+def test_an_embedded_item_is_given_its_cosine_when_the_subject_filter_left_no_dense_hit(
+        ) -> None:
+    # dense search's best few are all about someone else: the one about Alice, found by its
+    # words, is embedded and judged by meaning too, not by its words alone
+    query = EMBEDDER.embed_query(QUERY)
+    others = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
+                           point(100 + n, BUILD, subject="bob").payload,
+                           encode_document(BUILD)) for n in range(40)]
+    index = index_of(*others, point(1, HOME, subject="alice"))
+    [layer] = find(index, threshold=0.0, subject="alice")
+    [hit] = layer.hits
+    assert hit.candidate.embedded is True
+    assert hit.explain["words_only"] == 0
+    assert hit.explain["dense"] > 0.5

@@ -17,7 +17,13 @@ from memledger_platform.events import decode
 from memledger_platform.readmodel import temporal
 from memledger_platform.readmodel.projection import Projection
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, in_scope
+from memledger_platform.vectorindex.port import (
+    EMBEDDED_FROM,
+    OPEN,
+    IndexedPoint,
+    Scope,
+    in_scope,
+)
 from memledger_platform.vectorindex.sparse import encode_document, encode_query
 from memledger_vectors.fold import VectorFold
 
@@ -177,6 +183,18 @@ def test_an_embedding_of_a_content_version_no_row_has_changes_no_point() -> None
 def test_an_embedding_that_arrives_in_a_later_batch_is_added_to_the_written_point() -> None:
     projected = project(ASSERTED).apply(EMBEDDED)
     assert [p.vector for p in projected.points()] == [dense_of(ACME)]
+
+
+def test_a_point_records_the_position_its_vector_came_at_and_keeps_it_when_read_back(
+        ) -> None:
+    [unembedded] = project(ASSERTED).points()
+    assert EMBEDDED_FROM not in unembedded.payload
+    projected = project(ASSERTED, EMBEDDED)
+    assert [p.payload[EMBEDDED_FROM] for p in projected.points()] == [2.0]
+    # a later change to the item, folded from the points read back, keeps it
+    again = Projected(projected.index).apply(later(3, "memory.archived", {"reason": "old"}))
+    assert [(p.payload["archived_from"], p.payload[EMBEDDED_FROM])
+            for p in again.points()] == [(3.0, 2.0)]
 
 
 def test_a_new_items_assertion_does_not_ask_the_index_and_a_later_event_does() -> None:

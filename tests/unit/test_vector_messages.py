@@ -12,7 +12,13 @@ from memledger_platform.crypto import ERASED
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.events import decode
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, in_scope
+from memledger_platform.vectorindex.port import (
+    EMBEDDED_FROM,
+    OPEN,
+    IndexedPoint,
+    Scope,
+    in_scope,
+)
 from memledger_platform.vectorindex.sparse import encode_query
 from memledger_vectors.fold import VectorFold
 from memledger_vectors.messages import point_id_of
@@ -109,12 +115,15 @@ def test_a_message_ages_from_when_it_was_said() -> None:
     assert Projected().apply(appended(3)).point().payload["content_at"] == seconds(SAID)
 
 
-def test_its_embedding_sets_the_dense_vector_and_keeps_everything_else() -> None:
+def test_its_embedding_sets_the_dense_vector_and_its_position_and_keeps_everything_else(
+        ) -> None:
     projected = Projected().apply(appended(3))
     before = projected.point()
     after = projected.apply(embedded(4)).point()
     assert after.vector is not None
-    assert (after.payload, after.sparse) == (before.payload, before.sparse)
+    assert EMBEDDED_FROM not in before.payload
+    assert (after.payload, after.sparse) == ({**before.payload, EMBEDDED_FROM: 4.0},
+                                             before.sparse), "and when the vector came"
 
 
 def test_an_embedding_by_another_model_is_skipped_and_remembered_as_such() -> None:

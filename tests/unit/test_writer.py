@@ -435,6 +435,114 @@ async def test_a_groups_existing_subject_keys_are_looked_up_together_and_seal_as
     assert len({sealed[r.position] for r in again}) == 4
 
 
+class AheadKeyring(MemoryKeyring):
+    """Records each group lookup: on which thread, and whether the store's held append had
+    not been let go yet."""
+
+    def __init__(self, store: ScriptedStore) -> None:
+        super().__init__()
+        self.store = store
+        self.lookups: list[tuple[str, bool]] = []
+
+    def existing_for_writing(self, wanted: Collection[tuple[str, str, str]]
+                             ) -> dict[tuple[str, str, str], SubjectKey]:
+        held = not self.store.gate.is_set()
+        self.lookups.append((threading.current_thread().name, held))
+        return super().existing_for_writing(wanted)
+
+
+async def _holding_a_write_of(writer: GroupCommitWriter, store: ScriptedStore,
+                              keyring: AheadKeyring, subject: str
+                              ) -> "asyncio.Task[list[CommandResult]]":
+    """A write sealed for ``subject``, held in the store until ``store.gate`` is set, once
+    the lookup of its subjects' keys for the next group has been made."""
+    store.sizes, keyring.lookups = [], []
+    store.gate.clear()
+    store.entered.clear()
+    held = asyncio.create_task(writer.submit(TENANT, [memory(subject_id=subject)]))
+
+    async def looked_ahead() -> None:
+        assert any(t.startswith("memledger-writer-keys") and h for t, h in keyring.lookups)
+
+    await eventually(looked_ahead)
+    return held
+
+
+def _key_ids(store: InMemoryEventStore, results: Sequence[CommandResult]) -> list[str]:
+    sealed = {e.position: e.fields()["key_id"] for e in store.read_all(0, 1_000)}
+    return [sealed[r.position] for r in results]
+
+
+async def test_the_next_groups_keys_are_looked_up_while_the_group_before_it_commits() -> None:
+    store = ScriptedStore()
+    keyring = AheadKeyring(store)
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        first = await writer.submit(TENANT, [memory(subject_id="u1")])
+        held = await _holding_a_write_of(writer, store, keyring, "u1")
+        (queued,) = await queue_up(writer, [[memory(subject_id="u1")]])
+        lookups = len(keyring.lookups)
+        store.gate.set()
+        results = [*first, *await held, *await queued]
+    finally:
+        writer.stop()
+
+    # the queued group's keys came from the lookup made during the held commit: none of its own
+    assert [t for t, _ in keyring.lookups[lookups:] if not t.startswith("memledger-writer-keys")
+            ] == []
+    assert len(set(_key_ids(store, results))) == 1  # all sealed under u1's one key
+
+
+async def test_a_group_recording_an_erasure_looks_its_keys_up_itself() -> None:
+    store = ScriptedStore()
+    keyring = AheadKeyring(store)
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        held = await _holding_a_write_of(writer, store, keyring, "u1")
+        destroyed = keyring.destroy(TENANT, "u1")  # after the lookup ahead found the key
+        erased, after = await queue_up(writer, [
+            [c.EraseSubject(subject_id="u1", key_ids=tuple(destroyed))],
+            [memory(subject_id="u1")]])
+        store.gate.set()
+        before = await held
+        await erased
+        written = await after
+    finally:
+        writer.stop()
+
+    assert _key_ids(store, before) == destroyed
+    (fresh,) = _key_ids(store, written)
+    assert fresh not in destroyed  # a new key, never the one destroyed before its group
+    assert keyring.key(fresh) is not None
+
+
+async def test_a_group_after_a_quiet_spell_looks_its_keys_up_itself() -> None:
+    """Another process may destroy a key with no erasure passing through this writer: keys
+    looked up during a commit serve only a group that follows it at once."""
+    store = ScriptedStore()
+    keyring = AheadKeyring(store)
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
+        held = await _holding_a_write_of(writer, store, keyring, "u1")
+        store.gate.set()
+        before = await held
+        destroyed = keyring.destroy(TENANT, "u1")
+        await asyncio.sleep(0.2)  # a quiet spell, longer than a lookup ahead is kept
+        written = await writer.submit(TENANT, [memory(subject_id="u1")])
+    finally:
+        writer.stop()
+
+    assert _key_ids(store, before) == destroyed
+    (fresh,) = _key_ids(store, written)
+    assert fresh not in destroyed
+
+
 # --- concurrency and failures ---------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from memledger_platform import bus
 from memledger_platform.eventstore import EventStore, RecordedEvent
@@ -32,6 +32,11 @@ Progress = Callable[[int, int], None]
 EXAMPLES = 10
 _CHUNK = 5_000
 _FETCH = 500
+UNAVAILABLE_RETRIES = 60
+"""How many pulls answered "no responders" are made again (``UNAVAILABLE_PAUSE_SECONDS``
+apart): in a JetStream cluster a new consumer answers so until its leader is elected (seconds
+after a node came back, longer on a busy machine)."""
+UNAVAILABLE_PAUSE_SECONDS = 0.5
 
 
 @dataclass
@@ -260,11 +265,18 @@ async def _messages(js: JetStreamContext, subjects: Subjects) -> AsyncIterator[M
                                                         deliver_policy=DeliverPolicy.ALL,
                                                         inactive_threshold=30.0))
     try:
+        unavailable = 0
         while left > 0:
             try:
                 msgs = await sub.fetch(min(_FETCH, left), timeout=5.0)
             except TimeoutError:
                 return
+            except ServiceUnavailableError:
+                unavailable += 1
+                if unavailable > UNAVAILABLE_RETRIES:
+                    raise
+                await asyncio.sleep(UNAVAILABLE_PAUSE_SECONDS)
+                continue
             for msg in msgs:
                 yield msg
                 left -= 1

@@ -23,7 +23,7 @@ from memledger_platform.readmodel import temporal
 from memledger_platform.readmodel.projection import layer_of
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint
+from memledger_platform.vectorindex.port import EMBEDDED_FROM, OPEN, IndexedPoint
 from memledger_schemas.event_types import EventType
 from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
@@ -50,6 +50,8 @@ class _Item:
     """Every row of the item with its point id, closed ones included."""
     vectors: dict[int, Sequence[float]] = field(default_factory=dict)
     """Dense vector per content version (the item's stream version that set the content)."""
+    embedded_from: dict[int, float] = field(default_factory=dict)
+    """The position each content version's vector came at (``EMBEDDED_FROM``)."""
     archived_from: float = OPEN
 
 
@@ -120,8 +122,7 @@ class VectorFold:
 
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
-        upserts = [point_of(key, item.archived_from, row, point_id,
-                            item.vectors.get(dict(row.attrs)["content_version"]))
+        upserts = [_point_of(key, item, row, point_id)
                    for point_id, (key, item, row) in self._dirty.items()]
         gone = sorted(self._gone - set(self._dirty))
         self._dirty, self._gone = {}, set()
@@ -196,6 +197,7 @@ class VectorFold:
             return
         version = int(e.payload["item_version"])
         item.vectors[version] = array("f", e.payload["vector"])
+        item.embedded_from[version] = float(e.position)
         for row, point_id in item.rows:
             if dict(row.attrs).get("content_version") == version:
                 self._mark(key, item, row, point_id)
@@ -273,8 +275,18 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]]
 }
 
 
+def _point_of(key: tuple[str, str], item: _Item, row: Version, point_id: str
+              ) -> IndexedPoint:
+    version = dict(row.attrs)["content_version"]
+    return point_of(key, item.archived_from, row, point_id, item.vectors.get(version),
+                    embedded_from=item.embedded_from.get(version))
+
+
 def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id: str,
-             vector: Sequence[float] | None) -> IndexedPoint:
+             vector: Sequence[float] | None, *, embedded_from: float | None = None
+             ) -> IndexedPoint:
+    """The point of ``row``; ``embedded_from``: the position its ``vector`` came at, if
+    known (``EMBEDDED_FROM``)."""
     a = dict(row.attrs)
     triple = a.get("triple") or {}
     payload = {
@@ -289,6 +301,8 @@ def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id:
         "sys_to": OPEN if row.sys_to is None else float(row.sys_to),
         "archived_from": archived_from, "subject_id": a.get("subject_id"),
         "layer": a.get("layer") or ("session" if a["session"] else "project")}
+    if vector is not None and embedded_from is not None:
+        payload[EMBEDDED_FROM] = embedded_from
     return IndexedPoint(point_id, vector, payload, sparse.encode_document(a["content"]))
 
 
@@ -311,6 +325,8 @@ def _item_of(points: list[IndexedPoint]) -> _Item:
         item.archived_from = float(p.get("archived_from", OPEN))
         if point.vector is not None:
             item.vectors[int(p["content_version"])] = array("f", point.vector)
+            if EMBEDDED_FROM in p:
+                item.embedded_from[int(p["content_version"])] = float(p[EMBEDDED_FROM])
     return item
 
 

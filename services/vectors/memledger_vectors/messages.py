@@ -20,6 +20,7 @@ from memledger_platform.crypto import ERASED
 from memledger_platform.events import Event
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import (
+    EMBEDDED_FROM,
     MESSAGE_KIND,
     MESSAGE_LAYER,
     OPEN,
@@ -82,7 +83,8 @@ class MessageFold:
             found = self._load(*key)
             point = found[0] if found else None
         if point is not None and e.payload["vector"] is not None:  # None: subject erased
-            self._keep(key, replace(point, vector=list(e.payload["vector"])))
+            self._keep(key, replace(point, vector=list(e.payload["vector"]), payload={
+                **point.payload, EMBEDDED_FROM: float(e.position)}))
 
     def forget_subject(self, tenant: str, subject_id: str) -> None:
         """After the index dropped a subject's points: drop its messages here too."""

@@ -84,26 +84,29 @@ def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
 
 def _wait_healthy(url: str, proc: "subprocess.Popen[bytes]", log_path: Path) -> None:
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"memledger exited during start-up:\n{log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    with httpx.Client(timeout=1) as client:  # one for every poll: each new one loads CA files
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError("memledger exited during start-up:\n"
+                                   f"{log_path.read_text()[-3000:]}")
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
     raise RuntimeError(f"memledger did not become healthy:\n{log_path.read_text()[-3000:]}")
 
 
 def wait_relayed(url: str, timeout: float = 120.0) -> float:
     """Seconds until the relay has published everything committed so far."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        health = httpx.get(f"{url}/health", timeout=5).json()
-        if health["relay_lag"] == 0:
-            return time.monotonic() - start
-        time.sleep(0.05)
+    with httpx.Client(timeout=5) as client:  # one for every poll, as in _wait_healthy
+        while time.monotonic() - start < timeout:
+            health = client.get(f"{url}/health").json()
+            if health["relay_lag"] == 0:
+                return time.monotonic() - start
+            time.sleep(0.05)
     raise RuntimeError(f"relay still {health['relay_lag']} events behind after {timeout}s")
 
 
@@ -111,15 +114,16 @@ def wait_projected(url: str, timeout: float = 300.0, quiet: float = 1.0) -> floa
     """Seconds until the read models have everything committed and nothing more is committed
     for ``quiet`` seconds (the enricher's embeddings are commits too: its work is then done)."""
     start, last, since = time.monotonic(), -1, time.monotonic()
-    while time.monotonic() - start < timeout:
-        committed = int(httpx.get(f"{url}/health", timeout=5).json()["position"])
-        projected = httpx.get(f"{url}/v1/query/health", timeout=5).json()["projected_position"]
-        if committed != last:
-            last, since = committed, time.monotonic()
-        elif projected is not None and int(projected) >= committed and (
-                time.monotonic() - since) >= quiet:
-            return time.monotonic() - start
-        time.sleep(0.1)
+    with httpx.Client(timeout=5) as client:  # one for every poll, as in _wait_healthy
+        while time.monotonic() - start < timeout:
+            committed = int(client.get(f"{url}/health").json()["position"])
+            projected = client.get(f"{url}/v1/query/health").json()["projected_position"]
+            if committed != last:
+                last, since = committed, time.monotonic()
+            elif projected is not None and int(projected) >= committed and (
+                    time.monotonic() - since) >= quiet:
+                return time.monotonic() - start
+            time.sleep(0.1)
     raise RuntimeError(f"the read models were still behind position {last} after {timeout}s")
 
 

@@ -19,6 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -58,7 +59,7 @@ from memledger_platform.eventstore import (
 )
 from memledger_platform.eventstore.port import IdempotentResult
 from memledger_platform.ids import uuid7
-from memledger_schemas.commands import CommandBase
+from memledger_schemas.commands import CommandBase, EraseSubject
 
 log = logging.getLogger(__name__)
 _tracer = telemetry.tracer(__name__)
@@ -66,6 +67,12 @@ _jitter = random.Random()  # noqa: S311  (retry spacing, not security)
 
 _RETRIES = 25
 """Attempts for a submission that keeps losing races to other writers on the same stream."""
+
+KeySet = frozenset[tuple[str, str, str]]
+"""(tenant, subject, space) of subject keys."""
+_AHEAD_SECONDS = 0.05
+"""How soon after a commit the next group must start to use the keys looked up during it (a
+group after a quiet spell looks its keys up itself, not with ones that old)."""
 
 
 @dataclass
@@ -134,6 +141,9 @@ class GroupCommitWriter:
         self._skew = timedelta(seconds=tuning.clock_skew_seconds)
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
+        self._ahead: tuple[KeySet, Future[dict[tuple[str, str, str], SubjectKey]]] | None = None
+        self._lookups: ThreadPoolExecutor | None = None
+        self._ahead_until = 0.0
         self._live_sources: set[str] = set()
         self._absent: set[UUID] = set()
         self._clock = clock or SystemClock()
@@ -147,6 +157,8 @@ class GroupCommitWriter:
 
     def start(self) -> None:
         self._watch.start()
+        if self._keyring is not None:
+            self._lookups = ThreadPoolExecutor(1, "memledger-writer-keys")
         self._thread = threading.Thread(target=self._run, name="memledger-writer", daemon=True)
         self._thread.start()
 
@@ -161,6 +173,9 @@ class GroupCommitWriter:
                 self._thread.join(timeout)
             self._thread = None
             self._watch.stop()
+            if self._lookups is not None:
+                self._lookups.shutdown(wait=False, cancel_futures=True)
+                self._lookups = None
 
     def abandon(self) -> None:
         """Fail every submission not committed yet with ``WriterStopping`` (the commit in
@@ -298,8 +313,9 @@ class GroupCommitWriter:
             self._watch.end()
 
     def _attempt_traced(self, group: list[_Unit]) -> None:
-        # Subject keys are looked up once per group, never kept longer: a key destroyed by an
-        # erasure is never used again after the group that was running.
+        # Subject keys are looked up for each group (while the group before it commits), never
+        # kept longer: a key destroyed by an erasure is never used again after the group that
+        # was running and the next (never in a group that records the erasure).
         self._group_keys = {}
         self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
@@ -310,8 +326,10 @@ class GroupCommitWriter:
                  if (p := self._plan(unit, states, known, claims)) is not None]
         events = [e for p in plans for e in p.events]
         keys = [k for p in plans for k in p.keys]
+        self._look_ahead()
         self._watch.raise_if_given_up()
         committed = self._store.append(events, keys) if events else []
+        self._ahead_until = time.monotonic() + _AHEAD_SECONDS
         self._finish(plans, [c.position for c in committed])
 
     # --- idempotency ---------------------------------------------------------------------
@@ -481,11 +499,41 @@ class GroupCommitWriter:
                 if (k := self._key(ctx.tenant, s, decision.space_id)) is not None]
         return subjects[0], combined(keys) if keys else None
 
+    def _look_ahead(self) -> None:
+        """Look the keys this group used up again, for the next group, while this one commits:
+        writes come from the same few subjects, so the next group's lookup is then off the
+        path of its acknowledgements (a round trip of every group's commit otherwise)."""
+        lookups = self._lookups
+        if lookups is None or self._keyring is None or not self._group_keys:
+            return
+        asked = frozenset(self._group_keys)
+        try:
+            self._ahead = asked, lookups.submit(self._keyring.existing_for_writing, asked)
+        except RuntimeError:  # stopped meanwhile: the next group (if any) looks them up itself
+            return
+        self._ahead_until = 0.0  # usable once this group has committed
+
+    def _looked_ahead(self, group: list[_Unit]) -> tuple[KeySet, dict[tuple[str, str, str],
+                                                                        SubjectKey]]:
+        """What the lookup made while the previous group committed asked and found; nothing
+        for a group recording an erasure (its keys may have been destroyed since)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or time.monotonic() > self._ahead_until or any(
+                isinstance(cmd, EraseSubject) for unit in group for cmd in unit.commands):
+            return frozenset(), {}
+        try:
+            return ahead[0], ahead[1].result()
+        except Exception:  # the lookup is asked again, on the writer's own thread
+            log.warning("looking subject keys up ahead failed", exc_info=True)
+            return frozenset(), {}
+
     def _existing_keys(self, group: list[_Unit], states: dict[UUID, StreamState]
                        ) -> dict[tuple[str, str, str], SubjectKey]:
         """The live keys of the subjects the group's commands will likely seal for (their
         ``subject_id``, else their target stream's subject, else their space's), in one
-        lookup; a subject missed here, or without a key yet, is looked up when sealing."""
+        lookup, or none when the previous group's lookup ahead asked for all of them; a
+        subject missed here, or without a key yet, is looked up when sealing."""
+        asked, found = self._looked_ahead(group)
         if self._keyring is None:
             return {}
         wanted: set[tuple[str, str, str]] = set()
@@ -497,7 +545,9 @@ class GroupCommitWriter:
                 state = states.get(target_of(cmd, ctx).stream_id(unit.tenant))
                 subject = cmd.subject_id or (state.subject if state else None)
                 wanted.add((unit.tenant, subject or f"space:{space}", space))
-        return self._keyring.existing_for_writing(wanted)
+        found = {key: found[key] for key in wanted & found.keys()}
+        rest = wanted - asked
+        return found | self._keyring.existing_for_writing(rest) if rest else found
 
     def _sources_live(self, group: list[_Unit]) -> set[str]:
         """Which of the source keys named by the group's commands are live (one query)."""

@@ -7,8 +7,8 @@ EXCLUSIVE table lock that makes commit order equal position order, so a reader t
 positions never skips a late commit. Ours: the insert (never the library's ``insert_events``),
 which writes in one transaction the idempotency records, the events and a ``recorded_at``
 assigned under that lock (so it never decreases in position order, even if the clock steps
-back), and fetches before it syncs, so a large append cannot wedge (docs/adr/0003); and every
-read.
+back), sent with its COMMIT as one pipeline whose exit flushes everything before it waits, so
+a large append cannot wedge (docs/adr/0003); and every read.
 """
 
 from collections.abc import Iterator, Sequence
@@ -47,6 +47,7 @@ from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.subjects import partition_of
 
 EVENTS_TABLE = "memledger_events"
+_BEGIN, _COMMIT = SQL("BEGIN"), SQL("COMMIT")
 _COLUMNS = "originator_id, originator_version, topic, state, notification_id, recorded_at"
 
 
@@ -105,14 +106,17 @@ class _Recorder(PostgresApplicationRecorder):
     def append_on(self, conn: psycopg.Connection[DictRow], stored_events: Sequence[StoredEvent],
                   keys: Sequence[IdempotencyRecord]) -> list[Committed]:
         """Insert the keys, then the events under the table lock, in one transaction sent as
-        one pipeline (one round trip, and one commit).
+        one pipeline: one round trip, the commit in it.
 
-        The results are fetched before the pipeline is synced, unlike the library's insert:
-        psycopg's ``Pipeline.sync()`` flushes its output once and then waits for the server,
-        so with part of a large INSERT still unsent both sides waited for ever; a fetch
-        flushes all of it first (docs/adr/0003). The keys go first, before the lock, as the
-        library orders them: a writer waiting for another's key under the table lock would
-        deadlock with it."""
+        BEGIN, the statements and COMMIT are queued, then the pipeline's exit flushes all of
+        them and reads every result, so the rows are read only once committed. Not the
+        library's insert, nor ``Pipeline.sync()``: that flushes its output once and then waits
+        for the server, so with part of a large INSERT still unsent both sides waited for
+        ever; the exit flushes all of it first (docs/adr/0003). Fetching the rows before
+        the COMMIT is sent (as before) waits a second round trip with the table lock held,
+        the larger part of a single write's acknowledgement on a busy machine. The keys go
+        first, before the lock, as the library orders them: a writer waiting for another's
+        key under the table lock would deadlock with it."""
         columns: tuple[list[Any], ...] = (
             [e.originator_id for e in stored_events],
             [e.originator_version for e in stored_events],
@@ -122,15 +126,30 @@ class _Recorder(PostgresApplicationRecorder):
             insert = self.insert_partitioned_statement
             columns = (*columns, [partition_of(orjson.loads(e.state)["tenant_id"],
                                                self.partitions) for e in stored_events])
-        with conn.pipeline(), conn.transaction(), conn.cursor() as curs:
-            if keys:
-                curs.execute(self.insert_keys_statement, _key_columns(keys))
-            for statement in self.lock_table_statements:
-                curs.execute(statement, prepare=True)
-            curs.execute(self.notify_statement)
-            curs.execute(insert, columns)
+        with conn.cursor() as curs, conn.cursor() as inserted:
+            try:
+                with conn.pipeline():
+                    curs.execute(_BEGIN)
+                    if keys:
+                        curs.execute(self.insert_keys_statement, _key_columns(keys))
+                    for statement in self.lock_table_statements:
+                        curs.execute(statement, prepare=True)
+                    curs.execute(self.notify_statement)
+                    inserted.execute(insert, columns)
+                    curs.execute(_COMMIT)
+            except psycopg.Error as error:  # the pool rolls the failed transaction back
+                raise _first_error(error) from None
             return [Committed(row["notification_id"], row["recorded_at"])
-                    for row in curs.fetchall()]
+                    for row in inserted.fetchall()]
+
+
+def _first_error(error: psycopg.Error) -> psycopg.Error:
+    """The error that failed an append: the statements after a failed one in a pipeline
+    fail as ``PipelineAborted``, which may be raised in its stead (with it as its context)."""
+    found: BaseException | None = error
+    while isinstance(found, psycopg.errors.PipelineAborted):
+        found = found.__context__
+    return found if isinstance(found, psycopg.Error) else error
 
 
 def _key_columns(keys: Sequence[IdempotencyRecord]) -> list[list[Any]]:

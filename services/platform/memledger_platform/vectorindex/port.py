@@ -39,6 +39,12 @@ MESSAGE_KIND, MESSAGE_LAYER = "message", "conversation"
 """The ``kind`` and ``layer`` of a conversation message's point (an item's kind is a memory
 kind, its layer "session", "project" or "ecosystem")."""
 
+EMBEDDED_FROM = "embedded_from"
+"""The position a point's dense vector came at (the enricher's embedding event), in its
+payload once it has one: a search as of an earlier position judges it as not yet embedded, so
+an audited search replays as it ran. A point written before this was recorded has none, and
+counts as embedded from the start."""
+
 SYS_UNTIL = "sys_until"
 """Derived on every write (``stored_payload``): where a version stops being visible in system
 time, ``min(sys_to, archived_from)``."""

@@ -18,7 +18,11 @@ retrieval benchmark, orders the results:
                       * (1 + session_weight * session_keyword)
 
 ``cosine`` is the candidate's own: one found by its words alone is given its cosine with the
-query (``complete_dense``), not 0, when the query was embedded.
+query (``complete_dense``), not 0, when the query was embedded. One that has no embedding yet
+(the enricher has not reached it) is judged and ordered by its words alone, as a search
+without the query's embedding judges every candidate (``words_only``):
+
+    relevance = fused = keyword
 ``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
 said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
 none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
@@ -92,6 +96,11 @@ class Recipe:
     session_weight: float = 0.5
     """How far a message moves up with the best keyword match of its session among the
     candidates (``session_keyword``); 0: a message ranks on its own words alone."""
+    words_only: bool = True
+    """Whether a candidate not yet embedded is judged and ordered by its words alone
+    (relevance = fused = keyword); False: it counts cosine 0, under the threshold unless its
+    words alone clear it by 0.3 of their weight, so a fresh write was not found by the words
+    it names until the enricher embedded it."""
     duplicate_cosine: float = 0.95
     half_life_days: dict[str, float] = field(default_factory=lambda: {
         "decision": 365.0, "correction": 365.0, "steering_rule": 730.0, "procedure": 365.0,
@@ -149,6 +158,10 @@ class Candidate:
     layer: str = "space"
     point_id: str | None = None
     """The index point found (the item's version at the search's (valid, system) point)."""
+    embedded: bool | None = True
+    """Whether the candidate has a dense vector: False once a lookup found none (not yet
+    embedded), None while unknown (``dense`` then bounds its cosine from above, and it ranks
+    as the better of both cases, so knowing can only move it down)."""
 
 
 class Factors(NamedTuple):
@@ -175,6 +188,8 @@ class Factors(NamedTuple):
     session_keyword: float = 0.0
     session: float = 1.0
     """The factor ``session_keyword`` makes."""
+    words_only: bool = True
+    """Judged and ordered by its words alone: not yet embedded (``Recipe.words_only``)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +213,7 @@ class Ranked:
             "fused": round(f.fused, 6), "time_nearness": round(f.nearness, 6),
             "time_factor": round(f.timely, 6),
             "session_keyword": round(f.session_keyword, 6), "session_factor": round(f.session, 6),
+            "words_only": int(f.words_only),
             "age_days": round(f.age_days, 3), "half_life_days": f.half_life_days,
             "decay": round(f.decay, 6), "recency_factor": round(f.recency, 6),
             "importance_factor": round(f.importance, 6),
@@ -245,6 +261,12 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     keyword = _keyword(raw_keyword, recipe)
     relevance = recipe.dense_weight * dense + recipe.keyword_weight * keyword
     fused = recipe.order_dense_weight * dense + recipe.order_keyword_weight * keyword
+    words_only = recipe.words_only and c.embedded is False and recipe.keyword_weight > 0
+    if words_only:
+        relevance = fused = keyword
+    elif recipe.words_only and c.embedded is None and recipe.keyword_weight > 0:
+        # unknown: the better of both cases, so it bounds what it will be once known
+        relevance, fused = max(relevance, keyword), max(fused, keyword)
     p = c.payload
     half_life = recipe.half_life_days.get(str(p.get("kind")), recipe.default_half_life_days)
     age_days = max(0.0, now - float(p.get("content_at") or now)) / _DAY
@@ -261,7 +283,7 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     return Ranked(c, relevance, final, Factors(
         dense, raw_keyword, keyword, age_days, half_life, decay, recency, importance,
         confidence, signals, learned, useful, fused, near, timely,
-        session_keyword=session_keyword, session=session))
+        session_keyword=session_keyword, session=session, words_only=words_only))
 
 
 def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[str, float]:
@@ -280,12 +302,13 @@ def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[st
 def complete_dense(candidates: Sequence[Candidate], cosines: Mapping[str, float]
                    ) -> list[Candidate]:
     """``candidates`` with the cosine to the query (``cosines``, by item id) of those found by
-    their words alone (``dense`` None); one without a cosine (not yet embedded) stays as it
-    is. Dense search returns only its best few, so a candidate that names the query's words
-    but was not among them would otherwise rank as if unrelated in meaning (cosine 0), below
-    every hit dense search did return."""
-    return [replace(c, dense=cosines[c.item_id])
-            if c.dense is None and c.item_id in cosines else c for c in candidates]
+    their words alone (``dense`` None); one without a cosine is marked not yet embedded
+    (``embedded`` False). Dense search returns only its best few, so a candidate that names
+    the query's words but was not among them would otherwise rank as if unrelated in meaning
+    (cosine 0), below every hit dense search did return."""
+    return [c if c.dense is not None else
+            replace(c, dense=cosines[c.item_id], embedded=True) if c.item_id in cosines else
+            replace(c, embedded=False) for c in candidates]
 
 
 def _keyword(raw: float, recipe: Recipe) -> float:

@@ -8,7 +8,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import Hit, Scope, SparseVector, VectorIndex
+from memledger_platform.vectorindex.port import (
+    EMBEDDED_FROM,
+    Hit,
+    Scope,
+    SparseVector,
+    VectorIndex,
+)
 from memledger_query.core import when
 from memledger_query.core.degrade import BoundedEmbedding
 from memledger_query.core.ranking import (
@@ -93,13 +99,15 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     dense, hits = _fetch(index, vector, words, layers)
     if dense is None and recipe.dense_weight > 0:
         recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
-    fetched = [[c for c in _candidates(*found, layer.name)
+    fetched = [[c for c in _candidates(*found, layer)
                 if _about(c, more.subject) and _outside(c, layer.other_than_session)]
                for layer, found in zip(layers, hits, strict=True)]
     named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
-    ranker = _Ranker(recipe, now, threshold, known, named, index, dense, _vectors_of(index))
+    position = layers[0].scope.position if layers else None
+    ranker = _Ranker(recipe, now, threshold, known, named, index, dense,
+                     _vectors_of(index, position))
     seen: set[str] = set()
     found = []
     for layer, candidates in zip(layers, fetched, strict=True):
@@ -134,7 +142,8 @@ class _Ranker:
             return {}
         items = tuple(c.item_id for c in candidates)
         found = self.index.search(self.query, replace(scope, items=items), len(items))
-        return {str(hit.payload["item_id"]): hit.score for hit in found}
+        return {str(hit.payload["item_id"]): hit.score for hit in found
+                if embedded_by(hit.payload, scope.position)}
 
     def rescored(self, ranked: list[Ranked], changed: Mapping[str, Candidate]) -> list[Ranked]:
         return [r for r in rescore(ranked, changed, self.recipe, self.now, self.signals,
@@ -198,13 +207,16 @@ def _unsure(ranked: list[Ranked], words: Mapping[str, Candidate], zone: int) -> 
 def _bounded(candidates: Sequence[Candidate], query: Sequence[float] | None
              ) -> tuple[dict[str, Candidate], list[Candidate]]:
     """The candidates found by their words alone (by item id), and every candidate with
-    those given dense search's lowest cosine (none without a query or dense hits)."""
+    those given dense search's lowest cosine (none without a query). Without a dense hit
+    among the candidates (none embedded in the scope, or the subject or session filter left
+    none) the bound is 1, which no cosine exceeds."""
     returned = [c.dense for c in candidates if c.dense is not None]
-    if query is None or not returned:
+    if query is None:
         return {}, list(candidates)
-    lowest = min(returned)
+    lowest = min(returned, default=1.0)
     words = {c.item_id: c for c in candidates if c.dense is None and c.point_id is not None}
-    return words, [replace(c, dense=lowest) if c.item_id in words else c for c in candidates]
+    return words, [replace(c, dense=lowest, embedded=None) if c.item_id in words else c
+                   for c in candidates]
 
 
 def _walked(shown: list[Ranked], kept: list[Ranked], into: Mapping[str, str]) -> int:
@@ -247,11 +259,15 @@ def _ready(vector: Callable[[], Sequence[float] | None]) -> bool:
     return isinstance(vector, BoundedEmbedding) and vector.ready
 
 
-def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candidate]:
+def _candidates(dense: list[Hit], keyword: list[Hit], of: Layer) -> list[Candidate]:
     """Dense and keyword hits merged by item (at one (valid, system) point an item has at most
-    one version, so one point)."""
+    one version, so one point). A dense hit embedded after the search's position was not one
+    then (``embedded_by``)."""
     merged: dict[str, Candidate] = {}
+    layer = of.name
     for hit in dense:
+        if not embedded_by(hit.payload, of.scope.position):
+            continue
         item = str(hit.payload["item_id"])
         merged[item] = Candidate(item, hit.payload, dense=hit.score, layer=layer,
                                  point_id=hit.point_id)
@@ -259,15 +275,26 @@ def _candidates(dense: list[Hit], keyword: list[Hit], layer: str) -> list[Candid
         item = str(hit.payload["item_id"])
         known = merged.get(item)
         merged[item] = Candidate(item, hit.payload, dense=None if known is None else known.dense,
-                                 keyword=hit.score, layer=layer, point_id=hit.point_id)
+                                 keyword=hit.score, layer=layer, point_id=hit.point_id,
+                                 embedded=None if known is None else True)
     return list(merged.values())
 
 
-def _vectors_of(index: VectorIndex) -> VectorLookup:
+def embedded_by(payload: Mapping[str, object], position: int | None) -> bool:
+    """Whether a point had its dense vector at ``position`` (None: now). The index keeps a
+    point's current vector only, with the position it came at: as of an earlier position the
+    point was not yet embedded, so a search pinned there (an audited one, and its replay)
+    judges it as it did then. A point without that position counts as embedded all along."""
+    came = payload.get(EMBEDDED_FROM)
+    return position is None or not isinstance(came, int | float) or came <= position
+
+
+def _vectors_of(index: VectorIndex, position: int | None) -> VectorLookup:
     """The candidates' vectors from their points (a keyword hit's too: an embedded item found
-    by its words alone is collapsed like any other)."""
+    by its words alone is collapsed like any other), as of ``position``."""
     def lookup(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
-        items = {c.point_id: c.item_id for c in candidates if c.point_id is not None}
+        items = {c.point_id: c.item_id for c in candidates
+                 if c.point_id is not None and embedded_by(c.payload, position)}
         return {items[point]: vector for point, vector in index.vectors(list(items)).items()}
     return lookup
 
