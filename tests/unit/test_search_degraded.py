@@ -37,6 +37,19 @@ def test_a_failed_embedding_is_none_with_its_error_and_is_not_waited_for_twice()
     assert bounded.failure == "ConnectionError: model unreachable"
 
 
+def test_an_embedding_is_ready_once_done_failed_or_given_up_and_not_before() -> None:
+    pending: Future[Sequence[float] | None] = Future()
+    late = BoundedEmbedding(pending, deadline=5.0, monotonic=lambda: 5.0)
+    assert not late.ready
+    assert late() is None  # given up at its deadline: calling again waits no more
+    assert late.ready
+    arriving: Future[Sequence[float] | None] = Future()
+    bounded = BoundedEmbedding(arriving, deadline=10.0, monotonic=lambda: 0.0)
+    assert not bounded.ready
+    arriving.set_exception(ConnectionError("model unreachable"))
+    assert bounded.ready
+
+
 def test_the_ranking_named_follows_the_weights_and_the_embedder() -> None:
     assert ranking(0.7, 0.3, []) == "hybrid"
     assert ranking(0.7, 0.3, ["embedder"]) == "keyword"

@@ -3,6 +3,7 @@ tenants and spaces never leak, layers never repeat an item, the threshold and th
 filter cut, near-duplicates collapse."""
 
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document, encode_query
+from memledger_query.core.degrade import BoundedEmbedding
 from memledger_query.core.ranking import MODES, Candidate, Recipe, Signals, rank
 from memledger_query.core.semantic import Found, Layer, Refinements, search
 
@@ -212,6 +214,63 @@ def test_an_embedding_still_under_way_is_waited_for_only_after_the_keyword_searc
 
     layers = (Layer("session", scope(), 5), Layer("space", scope(), 5))
     found = search(index, embedding, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW)
+
+    assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
+    assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))
+
+
+class OneCallWatched(InMemoryVectorIndex):
+    """The exact index, recording each layer's call for its candidates: which parts it asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def search_both(self, vector: Any, query: Any, scope: Scope, k: int) -> Any:
+        self.calls.append("+".join(name for name, asked in (("dense", vector is not None),
+                                                             ("keyword", query is not None))
+                                   if asked))
+        return super().search_both(vector, query, scope, k)
+
+
+def embedded(done: bool) -> BoundedEmbedding:
+    """The query's embedding as the server hands it over: done already, or still under way."""
+    future: Future[Sequence[float] | None] = Future()
+    if done:
+        future.set_result(EMBEDDER.embed_query(QUERY))
+    return BoundedEmbedding(future, deadline=float("inf"))
+
+
+@pytest.mark.parametrize("vector", [EMBEDDER.embed_query(QUERY), embedded(done=True)],
+                         ids=["a vector", "an embedding already done"])
+def test_with_the_embedding_there_each_layer_asks_the_index_once_for_both_searches(
+        vector: Any) -> None:
+    index = OneCallWatched()
+    index.upsert([point(1, TEA), point(2, BUILD), point(3, HOME)])
+    layers = (Layer("session", scope(), 5), Layer("space", scope(), 5))
+    found = search(index, vector, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW)
+
+    assert index.calls == ["dense+keyword", "dense+keyword"]
+    assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD),
+                                               point(3, HOME)), *layers))
+
+
+def test_an_embedding_still_under_way_is_awaited_after_the_keyword_calls_then_dense_ones(
+        ) -> None:
+    index = OneCallWatched()
+    index.upsert([point(1, TEA), point(2, BUILD)])
+    pending = embedded(done=False)
+    calls = index.calls
+
+    class Arriving(BoundedEmbedding):
+        def __call__(self) -> Sequence[float] | None:
+            calls.append("embedding awaited")
+            self.future.set_result(EMBEDDER.embed_query(QUERY))
+            return super().__call__()
+
+    vector = Arriving(pending.future, pending.deadline)
+    layers = (Layer("session", scope(), 5), Layer("space", scope(), 5))
+    found = search(index, vector, QUERY, layers, RECIPE, threshold=THRESHOLD, now=NOW)
 
     assert calls == ["keyword", "keyword", "embedding awaited", "dense", "dense"]
     assert items(found) == items(find(index_of(point(1, TEA), point(2, BUILD)), *layers))

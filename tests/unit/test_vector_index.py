@@ -119,6 +119,29 @@ class VectorIndexContract:
         assert [h.payload["item_id"] for h in hits] == ["1", "2"]
         assert hits[0].score >= hits[1].score
 
+    def test_both_searches_in_one_call_answer_as_each_search_does(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}), point("2", [0.8, 0.6, 0], {COMMON: 1.0}),
+                      point("3", Y, {RARE: 2.0}), point("4", None, {RARE: 1.0}),
+                      point("5", X, {RARE: 1.0}, tenant="globex")])
+        words = terms({RARE: 1.0})
+        dense, keyword = index.search_both(X, words, now(), 2)
+        assert dense == index.search(X, now(), 2)
+        assert keyword == index.search_sparse(words, now(), 2)
+        assert [h.payload["item_id"] for h in dense] == ["1", "2"]
+        assert {h.payload["item_id"] for h in keyword} <= {"1", "3", "4"}
+        assert len(keyword) == 2
+
+    def test_one_call_without_a_vector_or_without_terms_searches_only_the_other(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}), point("2", Y, {COMMON: 1.0})])
+        words = terms({RARE: 1.0})
+        assert index.search_both(None, words, now(), 5) == (
+            [], index.search_sparse(words, now(), 5))
+        assert index.search_both(Y, None, now(), 5) == (index.search(Y, now(), 5), [])
+        assert index.search_both(Y, SparseVector((), ()), now(), 5)[1] == []
+        assert index.search_both(None, None, now(), 5) == ([], [])
+
     def test_vectors_are_the_stored_unit_vectors_of_the_points_asked_that_have_one(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", [3.0, 4.0, 0.0], {RARE: 1.0}), point("2", None, {RARE: 1.0}),

@@ -26,7 +26,8 @@ ranks them (``search_recall_at_10``), against the exact top 10 by brute force (e
 inside the searches' scope). ``raw_index_p50_ms`` is the server's dense fetch (40 hits with
 their payload, without vectors: collapse looks up the few it needs) on the raw index;
 ``search_raw`` times the other parts of a search too. ``search_server_cpu_ms`` is the CPU of
-every server process per search, steadier than wall time on a shared machine, and
+every server process per search, steadier than wall time on a shared machine
+(``search_cpu_ms_by_process``: the same by process), and
 ``load_server_cpu_ms_per_item`` theirs per item from the load's start until it is indexed
 (``load_cpu_ms_per_item_by_process``: the same by process, ingest, relay, projector, vectors
 with its index process, the engines).
@@ -143,15 +144,18 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
     # meanwhile: quiet before that build began is not quiet yet.
     quiet_s += await wait_searchable(http) + await wait_quiet()
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
-    cpu = server_cpu_seconds()
+    cpu, roles = server_cpu_seconds(), processes.snapshot(server.pid)
     latencies = [await _timed_search(http, q) for q in data.queries]
     cpu_ms = _per_query_ms(cpu, server_cpu_seconds(), len(latencies))
+    cpu_by_process = processes.per_fact_ms(
+        processes.used(roles, processes.snapshot(server.pid)), len(latencies))
     steps.step("recall through the API (dense only)")
     found = [await _dense_top(http, q) for q in data.queries[WARMUP:]]
     measured_ms = latencies[WARMUP:]
     return {"search_p50_ms": round(percentile(measured_ms, 50), 2),
             "search_p99_ms": round(percentile(measured_ms, 99), 2),
             "search_server_cpu_ms": cpu_ms,
+            "search_cpu_ms_by_process": cpu_by_process,
             "search_recall_at_10": round(corpus.recall(found, exact), 4),
             "load_s": round(load_s, 1), "load_items_per_s": round(args.items / load_s, 1),
             "indexed_items_per_s": round(args.items / (load_s + indexed_s), 1),

@@ -12,7 +12,8 @@ Contract (one suite checks every adapter):
   valid at ``valid_at`` (``valid_from <= t < valid_to``), known at ``position``
   (``sys_from <= p < sys_to``) and not yet archived then (``p < archived_from``), or, with
   no ``position``, the versions current now;
-- a point without the vector a search uses is never a hit of that search.
+- a point without the vector a search uses is never a hit of that search;
+- ``search_both`` answers as ``search`` and ``search_sparse`` each would, in one call.
 """
 
 import math
@@ -140,6 +141,16 @@ class VectorIndex(ABC):
         sum over the terms it shares with ``query`` of query weight * its weight * ``idf``
         (statistics over every point in the index that has a sparse vector, as Qdrant's IDF
         modifier computes them). Points sharing no term are never hits; scores are > 0."""
+
+    def search_both(self, vector: Sequence[float] | None, query: SparseVector | None,
+                    scope: Scope, k: int) -> tuple[list[Hit], list[Hit]]:
+        """``search`` (none without ``vector``) and ``search_sparse`` (none without ``query``
+        or its terms) of one scope, as each answers: one call, so one round trip to an index
+        in another process."""
+        dense = self.search(vector, scope, k) if vector is not None else []
+        words = self.search_sparse(query, scope, k) if query is not None and query.indices \
+            else []
+        return dense, words
 
     @abstractmethod
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:

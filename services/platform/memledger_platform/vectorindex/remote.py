@@ -51,6 +51,14 @@ class ForwardedVectorIndex(VectorIndex):
         found: list[Hit] = self._call("search_sparse", query, scope, k)
         return found
 
+    def search_both(self, vector: Sequence[float] | None, query: SparseVector | None,
+                    scope: Scope, k: int) -> tuple[list[Hit], list[Hit]]:
+        if vector is None and (query is None or not query.indices):
+            return [], []
+        found: tuple[list[Hit], list[Hit]] = self._call(
+            "search_both", None if vector is None else list(vector), query, scope, k)
+        return found
+
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
         if not point_ids:
             return {}

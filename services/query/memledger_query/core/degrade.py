@@ -54,6 +54,12 @@ class BoundedEmbedding:
         return None
 
     @property
+    def ready(self) -> bool:
+        """Whether calling answers at once: the embedding is done (or failed), or was waited
+        for already."""
+        return self._done or self.future.done()
+
+    @property
     def degraded(self) -> list[str]:
         """What the answer lacked: ``["embedder"]`` once the embedding failed, else none."""
         return [EMBEDDER] if self.failure is not None else []

@@ -16,6 +16,7 @@ from memledger_platform.vectorindex.port import (
     VectorIndex,
 )
 from memledger_query.core import when
+from memledger_query.core.degrade import BoundedEmbedding
 from memledger_query.core.ranking import (
     SPARE_VECTORS,
     Candidate,
@@ -68,6 +69,8 @@ class Found:
 QueryVector = Sequence[float] | Callable[[], Sequence[float] | None] | None
 """The query's embedding (``None``: dense search off), or a callable waiting for it."""
 Periods = tuple[when.Period, ...] | Callable[[], tuple[when.Period, ...]]
+_Hits = tuple[list[Hit], list[Hit]]
+"""A layer's dense hits and keyword hits."""
 """The periods the query names, or a callable waiting for them."""
 
 
@@ -88,18 +91,17 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
            layers: Sequence[Layer], recipe: Recipe, *, threshold: float, now: float,
            refine: Refinements | None = None) -> list[Found]:
     """Each layer's best hits above ``threshold``; an item found in an earlier layer is not
-    repeated in a later one (``refine``: ``Refinements``, none by default). The keyword
-    searches come first: an embedding (or periods) still under way is waited for only after
-    them."""
+    repeated in a later one (``refine``: ``Refinements``, none by default). Candidates are
+    fetched by ``_fetch``; periods still under way are waited for only after them."""
     more = refine or Refinements()
     query = sparse.encode_query(text)
-    keyword = [_keyword(index, query, layer, recipe) for layer in layers]
-    dense = vector() if callable(vector) else vector
+    words = query if recipe.keyword_weight > 0 and query.indices else None
+    dense, hits = _fetch(index, vector, words, layers)
     if dense is None and recipe.dense_weight > 0:
         recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
-    fetched = [[c for c in _candidates(_dense(index, dense, layer), found, layer)
+    fetched = [[c for c in _candidates(*found, layer)
                 if _about(c, more.subject) and _outside(c, layer.other_than_session)]
-               for layer, found in zip(layers, keyword, strict=True)]
+               for layer, found in zip(layers, hits, strict=True)]
     named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
@@ -234,15 +236,27 @@ def _fetched(layer: Layer) -> int:
     return max(layer.limit * OVERFETCH, MIN_CANDIDATES)
 
 
-def _keyword(index: VectorIndex, query: SparseVector, layer: Layer, recipe: Recipe
-             ) -> list[Hit]:
-    if recipe.keyword_weight > 0 and query.indices:
-        return index.search_sparse(query, layer.scope, _fetched(layer))
-    return []
+def _fetch(index: VectorIndex, vector: QueryVector, words: SparseVector | None,
+           layers: Sequence[Layer]) -> tuple[Sequence[float] | None, list[_Hits]]:
+    """The query's embedding and each layer's dense and keyword hits: both in one call a
+    layer (one round trip to an index in another process) once the embedding is there; while
+    it is still under way, the keyword searches first (they need none of it), then the dense
+    ones."""
+    if callable(vector) and not _ready(vector):
+        early = [index.search_both(None, words, layer.scope, _fetched(layer))[1]
+                 for layer in layers]
+        dense = vector()
+        return dense, [(index.search_both(dense, None, layer.scope, _fetched(layer))[0], found)
+                       for layer, found in zip(layers, early, strict=True)]
+    dense = vector() if callable(vector) else vector
+    return dense, [index.search_both(dense, words, layer.scope, _fetched(layer))
+                   for layer in layers]
 
 
-def _dense(index: VectorIndex, vector: Sequence[float] | None, layer: Layer) -> list[Hit]:
-    return index.search(vector, layer.scope, _fetched(layer)) if vector is not None else []
+def _ready(vector: Callable[[], Sequence[float] | None]) -> bool:
+    """Whether calling ``vector`` answers without waiting (only a ``BoundedEmbedding`` can
+    tell; any other callable counts as under way)."""
+    return isinstance(vector, BoundedEmbedding) and vector.ready
 
 
 def _candidates(dense: list[Hit], keyword: list[Hit], of: Layer) -> list[Candidate]:
