@@ -308,6 +308,17 @@ def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> 
     assert index.looked_up.count(words.point_id) == 1, "looked up by collapse alone"
 
 
+def _naming_some_words(query: Any, rng: Any, unembedded_every: int = 0) -> list[IndexedPoint]:
+    """20 items naming two to five of the query's words, their meanings from near to
+    unrelated; every ``unembedded_every``-th one not yet embedded (0: none)."""
+    return [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
+                         None if unembedded_every and n % unembedded_every == 0 else
+                         list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
+                         point(200 + n, text).payload | {"item_id": f"words-{n}"},
+                         encode_document(text))
+            for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+
+
 def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring_all(
         ) -> None:
     query = np.asarray(EMBEDDER.embed_query(QUERY))
@@ -315,12 +326,7 @@ def test_scoring_words_only_candidates_when_they_could_be_shown_ranks_as_scoring
     closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query),
                            point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
                            encode_document(BUILD)) for n in range(40)]
-    # items naming some of the query's words, their meanings from near to unrelated
-    words = [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
-                          list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
-                          point(200 + n, text).payload | {"item_id": f"words-{n}"},
-                          encode_document(text))
-             for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+    words = _naming_some_words(query, rng)
     index = CountingIndex()
     index.upsert([*closer, *words])
     layer = Layer("space", scope(), 5)
@@ -363,12 +369,7 @@ def test_scoring_unembedded_candidates_when_they_could_be_shown_ranks_as_scoring
                                0, 0.3, query.size)),
                            point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
                            encode_document(BUILD)) for n in range(40)]
-    words = [IndexedPoint(f"00000000-0000-0000-0002-{n:012d}",
-                          None if n % 3 == 0 else
-                          list(query * rng.uniform(-0.2, 1) + rng.normal(0, 0.05, query.size)),
-                          point(200 + n, text).payload | {"item_id": f"words-{n}"},
-                          encode_document(text))
-             for n, text in enumerate(" ".join(QUERY.split()[:2 + n % 4]) for n in range(20))]
+    words = _naming_some_words(query, rng, unembedded_every=3)
     index = CountingIndex()
     index.upsert([*closer, *words])
     layer = Layer("space", scope(), 5)

@@ -4,8 +4,8 @@ import asyncio
 import dataclasses
 import hashlib
 import threading
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -14,7 +14,7 @@ import pytest
 from memledger_ingest.core.results import encoded, request_hash
 from memledger_ingest.core.writer import CommandResult, GroupCommitWriter, Rejected
 from memledger_ingest.domain.errors import Conflict, Invalid, NotFound
-from memledger_platform.crypto import MemoryKeyring, SubjectKey
+from memledger_platform.crypto import Keyring, MemoryKeyring, SubjectKey
 from memledger_platform.eventstore import (
     Committed,
     IdempotencyRecord,
@@ -63,6 +63,19 @@ def running(store: InMemoryEventStore) -> Iterator[GroupCommitWriter]:
     writer = GroupCommitWriter(store)
     writer.start()
     try:
+        yield writer
+    finally:
+        writer.stop()
+
+
+@asynccontextmanager
+async def _writing_in_notes(store: InMemoryEventStore, keyring: Keyring
+                            ) -> AsyncIterator[GroupCommitWriter]:
+    """A started writer with the space "notes" made, stopped at the end."""
+    writer = GroupCommitWriter(store, keyring=keyring)
+    writer.start()
+    try:
+        await writer.submit(TENANT, [space("notes")])
         yield writer
     finally:
         writer.stop()
@@ -377,10 +390,7 @@ async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_look
     kept = keyring.for_writing(TENANT, "u2", "notes").key_id
     keyring.destroy(TENANT, "u1")
     store = ScriptedStore()
-    writer = GroupCommitWriter(store, keyring=keyring)
-    writer.start()
-    try:
-        await writer.submit(TENANT, [space("notes")])
+    async with _writing_in_notes(store, keyring) as writer:
         (asserted,) = await writer.submit(TENANT, [memory("notes")])
         item = UUID(str(asserted.ids["item_id"]))
         store.sizes, keyring.asked = [], []
@@ -389,8 +399,6 @@ async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_look
         tasks = await pile_up(writer, store, [[learned(item, gone, 1)],
                                               [learned(item, kept, 2)]])
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        writer.stop()
 
     refused = outcomes[0]
     assert isinstance(refused, Rejected)
@@ -416,17 +424,12 @@ async def test_a_groups_existing_subject_keys_are_looked_up_together_and_seal_as
         ) -> None:
     keyring = WritingKeyring()
     store = InMemoryEventStore()
-    writer = GroupCommitWriter(store, keyring=keyring)
-    writer.start()
-    try:
-        await writer.submit(TENANT, [space("notes")])
+    async with _writing_in_notes(store, keyring) as writer:
         first = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")])
         made = list(keyring.one_by_one)
         keyring.one_by_one.clear()
         again = await writer.submit(TENANT, [memory(subject_id=s) for s in ("a", "b", "c")]
                                     + [memory(subject_id="d")])
-    finally:
-        writer.stop()
 
     assert made == ["a", "b", "c"]  # made on first use, one by one
     assert keyring.one_by_one == ["d"]  # the rest found in one lookup
@@ -476,18 +479,13 @@ def _key_ids(store: InMemoryEventStore, results: Sequence[CommandResult]) -> lis
 async def test_the_next_groups_keys_are_looked_up_while_the_group_before_it_commits() -> None:
     store = ScriptedStore()
     keyring = AheadKeyring(store)
-    writer = GroupCommitWriter(store, keyring=keyring)
-    writer.start()
-    try:
-        await writer.submit(TENANT, [space("notes")])
+    async with _writing_in_notes(store, keyring) as writer:
         first = await writer.submit(TENANT, [memory(subject_id="u1")])
         held = await _holding_a_write_of(writer, store, keyring, "u1")
         (queued,) = await queue_up(writer, [[memory(subject_id="u1")]])
         lookups = len(keyring.lookups)
         store.gate.set()
         results = [*first, *await held, *await queued]
-    finally:
-        writer.stop()
 
     # the queued group's keys came from the lookup made during the held commit: none of its own
     assert [t for t, _ in keyring.lookups[lookups:] if not t.startswith("memledger-writer-keys")
@@ -498,10 +496,7 @@ async def test_the_next_groups_keys_are_looked_up_while_the_group_before_it_comm
 async def test_a_group_recording_an_erasure_looks_its_keys_up_itself() -> None:
     store = ScriptedStore()
     keyring = AheadKeyring(store)
-    writer = GroupCommitWriter(store, keyring=keyring)
-    writer.start()
-    try:
-        await writer.submit(TENANT, [space("notes")])
+    async with _writing_in_notes(store, keyring) as writer:
         held = await _holding_a_write_of(writer, store, keyring, "u1")
         destroyed = keyring.destroy(TENANT, "u1")  # after the lookup ahead found the key
         erased, after = await queue_up(writer, [
@@ -511,8 +506,6 @@ async def test_a_group_recording_an_erasure_looks_its_keys_up_itself() -> None:
         before = await held
         await erased
         written = await after
-    finally:
-        writer.stop()
 
     assert _key_ids(store, before) == destroyed
     (fresh,) = _key_ids(store, written)
@@ -525,18 +518,13 @@ async def test_a_group_after_a_quiet_spell_looks_its_keys_up_itself() -> None:
     looked up during a commit serve only a group that follows it at once."""
     store = ScriptedStore()
     keyring = AheadKeyring(store)
-    writer = GroupCommitWriter(store, keyring=keyring)
-    writer.start()
-    try:
-        await writer.submit(TENANT, [space("notes")])
+    async with _writing_in_notes(store, keyring) as writer:
         held = await _holding_a_write_of(writer, store, keyring, "u1")
         store.gate.set()
         before = await held
         destroyed = keyring.destroy(TENANT, "u1")
         await asyncio.sleep(0.2)  # a quiet spell, longer than a lookup ahead is kept
         written = await writer.submit(TENANT, [memory(subject_id="u1")])
-    finally:
-        writer.stop()
 
     assert _key_ids(store, before) == destroyed
     (fresh,) = _key_ids(store, written)
