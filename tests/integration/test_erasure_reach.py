@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import base64
 import os
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,3 +318,29 @@ def test_a_vacuum_or_checkpoint_the_role_may_not_run_is_reported_false_not_claim
                                "checkpoint": False})
     assert allowed == (True, {"statistics_vacuumed": True, "wal_switched": True,
                               "checkpoint": True})
+
+
+def test_compacting_the_keys_waits_for_a_snapshot_that_still_sees_a_destroyed_key(
+        engines: Endpoints, pg_schema: str) -> None:
+    dsn = engines.postgres_dsn
+    with ConnectionPool(dsn, min_size=1, max_size=2, open=True,
+                        kwargs={"autocommit": True}) as pool:
+        keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
+        keyring.for_writing("acme", "u9", "main")
+        wrapped = _wrapped_key(dsn, pg_schema, "u9")
+        compacted: list[list[str]] = []
+        with psycopg.connect(dsn) as reader:  # another session, its snapshot taken before
+            reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            reader.execute(sql.SQL("SELECT count(*) FROM {}.memledger_subject_keys").format(
+                sql.Identifier(pg_schema))).fetchone()
+            keyring.destroy("acme", "u9")
+            compacting = threading.Thread(target=lambda: compacted.append(keyring.compact()))
+            compacting.start()
+            compacting.join(1.0)
+            waited = compacting.is_alive()  # the old row version is still visible to the reader
+            reader.rollback()
+        compacting.join(60)
+    assert waited, compacted
+    assert compacted == [["memledger_subject_keys"]]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert tuple_hits(conn, [f"{pg_schema}.memledger_subject_keys"], wrapped) == []

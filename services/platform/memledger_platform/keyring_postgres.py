@@ -20,7 +20,7 @@ from memledger_platform.crypto import (
     wrap,
 )
 from memledger_platform.pg_locks import creating, exclusively
-from memledger_platform.pg_vacuum import vacuum
+from memledger_platform.pg_vacuum import vacuum_until_removed
 from memledger_platform.settings import Settings
 
 _TABLE = """
@@ -138,7 +138,8 @@ class PostgresKeyring(Keyring):
         old versions (that one's and those each new space left) keep it until vacuumed, and
         with the master key it would open everything the subject's key sealed."""
         with self._pool.connection() as conn:
-            done = vacuum(conn, sql.SQL("{}.memledger_subject_keys").format(self._s))
+            done = vacuum_until_removed(
+                conn, sql.SQL("{}.memledger_subject_keys").format(self._s))
         return ["memledger_subject_keys"] if done else []
 
     def spaces_of(self, tenant: str, subject: str) -> list[str]:

@@ -2,6 +2,8 @@
 a warning, so the role's right is asked first (an erasure's receipt must not claim a vacuum
 that did not happen)."""
 
+import re
+import time
 from typing import Any, LiteralString
 
 from psycopg import Connection, sql
@@ -26,3 +28,41 @@ def may_vacuum(conn: Connection[Any], table: sql.Composable) -> bool:
                        "'USAGE') FROM pg_class WHERE oid = %s::regclass",
                        (table.as_string(conn),)).fetchone()
     return bool(row and row[0])
+
+
+_KEPT = (re.compile(r"(\d+) are dead but not yet removable"),  # PostgreSQL 14 and later
+         re.compile(r"(\d+) dead row versions cannot be removed yet"))  # before
+"""How VACUUM VERBOSE says how many dead row versions it had to keep."""
+
+
+def vacuum_until_removed(conn: Connection[Any], table: sql.Composable, seconds: float = 30.0
+                         ) -> bool:
+    """VACUUM ``table`` until it keeps no dead row version (one that a snapshot still running
+    may see: another session's transaction that began before the rows died), at most
+    ``seconds``; whether it ran and kept none. A destroyed key's old row versions hold its
+    wrapped key, so a receipt may claim them gone only when VACUUM removed them."""
+    if not may_vacuum(conn, table):
+        return False
+    notices: list[str] = []
+
+    def heard(diagnostic: Any) -> None:
+        notices.append(str(diagnostic.message_primary or ""))
+
+    deadline = time.monotonic() + seconds
+    conn.add_notice_handler(heard)
+    try:
+        while True:
+            notices.clear()
+            conn.execute(sql.SQL("VACUUM (VERBOSE, " + CLEAN + ") {}").format(table))
+            if _kept(notices) == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+    finally:
+        conn.remove_notice_handler(heard)
+
+
+def _kept(notices: list[str]) -> int:
+    return sum(int(m.group(1)) for text in notices for pattern in _KEPT
+               for m in pattern.finditer(text))
