@@ -132,6 +132,18 @@ class VectorIndexContract:
         assert {h.payload["item_id"] for h in keyword} <= {"1", "3", "4"}
         assert len(keyword) == 2
 
+    def test_a_search_for_some_payload_keys_finds_the_same_hits_carrying_only_those(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, embedded_from=4), point("2", [0.8, 0.6, 0]),
+                      point("3", Y, embedded_from=9), point("4", X, tenant="globex")])
+        whole = index.search(X, now(), 3)
+        some = index.search(X, now(), 3, ("item_id", "embedded_from"))
+        assert [(h.point_id, h.score) for h in some] == [(h.point_id, h.score) for h in whole]
+        assert [h.payload for h in some] == [
+            {"item_id": "1", "embedded_from": 4}, {"item_id": "2"},
+            {"item_id": "3", "embedded_from": 9}]
+        assert whole[0].payload["space"] == "s"  # without them: the whole payload
+
     def test_one_call_without_a_vector_or_without_terms_searches_only_the_other(
             self, index: VectorIndex) -> None:
         index.upsert([point("1", X, {RARE: 1.0}), point("2", Y, {COMMON: 1.0})])

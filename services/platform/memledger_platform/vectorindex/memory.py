@@ -3,6 +3,7 @@
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -32,9 +33,10 @@ class InMemoryVectorIndex(VectorIndex):
         for point_id in point_ids:
             self._points.pop(point_id, None)
 
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[Hit]:
         query = _unit(vector)
-        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), dict(p.payload))
+        scored = [Hit(p.point_id, float(_unit(p.vector) @ query), _only(p.payload, fields))
                   for p in self._points.values()
                   if p.vector is not None and in_scope(p.payload, scope)]
         return _best(scored, k)
@@ -104,3 +106,10 @@ def _unit(vector: Sequence[float]) -> "np.typing.NDArray[np.float64]":
     array = np.asarray(vector, dtype=np.float64)
     norm = float(np.linalg.norm(array))
     return array / norm if norm else array
+
+
+def _only(payload: dict[str, Any], fields: Sequence[str] | None) -> dict[str, Any]:
+    """``payload``'s ``fields`` (those it has), or all of it (``None``)."""
+    if fields is None:
+        return dict(payload)
+    return {key: payload[key] for key in fields if key in payload}

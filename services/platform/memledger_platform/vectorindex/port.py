@@ -13,7 +13,8 @@ Contract (one suite checks every adapter):
   (``sys_from <= p < sys_to``) and not yet archived then (``p < archived_from``), or, with
   no ``position``, the versions current now;
 - a point without the vector a search uses is never a hit of that search;
-- ``search_both`` answers as ``search`` and ``search_sparse`` each would, in one call.
+- ``search_both`` answers as ``search`` and ``search_sparse`` each would, in one call;
+- ``search`` with ``fields`` finds the same hits, each with those keys of its payload only.
 """
 
 import math
@@ -131,9 +132,12 @@ class VectorIndex(ABC):
         """Remove points (ids that are absent are ignored)."""
 
     @abstractmethod
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[Hit]:
         """The ``k`` nearest points by cosine inside ``scope``, best first; points without a
-        dense vector are never hits."""
+        dense vector are never hits. ``fields``: the payload keys each hit carries (those its
+        payload has; ``None``: all of them): reading a whole payload costs an engine more than
+        scoring the point, and a caller after a few keys of each hit need not pay for it."""
 
     @abstractmethod
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:

@@ -82,8 +82,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
             with self._lock:
                 self._shard.update(qe.UpdateOperation.delete_points(list(point_ids)))
 
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k)
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[Hit]:
+        found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, fields)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
@@ -168,9 +169,11 @@ class QdrantEdgeVectorIndex(VectorIndex):
             strict.close()
             self._shard = qe.EdgeShard.load(self._path, _config(self._dims))
 
-    def _query(self, query: qe.Query, scope: Scope, k: int) -> list[qe.ScoredPoint]:
+    def _query(self, query: qe.Query, scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[qe.ScoredPoint]:
         request = qe.QueryRequest(limit=k, query=query, filter=_filter(conditions(scope)),
-                                  with_payload=True, with_vector=False)
+                                  with_payload=True if fields is None else list(fields),
+                                  with_vector=False)
         with self._lock:
             return self._shard.query(request)
 

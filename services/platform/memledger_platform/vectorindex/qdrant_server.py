@@ -61,8 +61,9 @@ class QdrantServerVectorIndex(VectorIndex):
             self._client.delete(self._collection, wait=True,
                                 points_selector=models.PointIdsList(points=list(point_ids)))
 
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found = self._query(list(vector), DENSE, scope, k)
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[Hit]:
+        found = self._query(list(vector), DENSE, scope, k, fields)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
@@ -109,11 +110,12 @@ class QdrantServerVectorIndex(VectorIndex):
     def close(self) -> None:
         self._client.close()
 
-    def _query(self, query: Any, using: str, scope: Scope, k: int) -> list[models.ScoredPoint]:
+    def _query(self, query: Any, using: str, scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[models.ScoredPoint]:
         return self._client.query_points(
             self._collection, query=query, using=using, limit=k,
-            query_filter=_filter(conditions(scope)), with_payload=True,
-            with_vectors=False).points
+            query_filter=_filter(conditions(scope)),
+            with_payload=True if fields is None else list(fields), with_vectors=False).points
 
     def _without_sys_until(self, offset: Any) -> tuple[list[IndexedPoint], Any]:
         found, offset = self._scroll(models.Filter(must=[models.IsEmptyCondition(

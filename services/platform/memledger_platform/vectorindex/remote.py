@@ -43,8 +43,10 @@ class ForwardedVectorIndex(VectorIndex):
         if point_ids:
             self._call("delete", list(point_ids))
 
-    def search(self, vector: Sequence[float], scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search", list(vector), scope, k)
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> list[Hit]:
+        found: list[Hit] = self._call("search", list(vector), scope, k,
+                                      None if fields is None else list(fields))
         return found
 
     def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:

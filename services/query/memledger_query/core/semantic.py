@@ -36,6 +36,10 @@ OVERFETCH = 4
 reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
+COSINE_FIELDS = ("item_id", EMBEDDED_FROM)
+"""What a cosine lookup reads of each point's payload: the candidates have theirs already,
+and an engine reads a whole payload at more cost than it scores the point."""
+
 SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
 """The feedback of the given item ids (as of the search's basis), by item id."""
 
@@ -141,7 +145,8 @@ class _Ranker:
         if self.query is None or not candidates:
             return {}
         items = tuple(c.item_id for c in candidates)
-        found = self.index.search(self.query, replace(scope, items=items), len(items))
+        found = self.index.search(self.query, replace(scope, items=items), len(items),
+                                  COSINE_FIELDS)
         return {str(hit.payload["item_id"]): hit.score for hit in found
                 if embedded_by(hit.payload, scope.position)}
 
