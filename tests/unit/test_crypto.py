@@ -122,7 +122,8 @@ def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_i
         "vector"] is None
 
 
-@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [1e300, 0.5], [0.5, 1, 0.25], [0.5, True]])
+@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [1e300, 0.5], [0.5, 1, 0.25], [0.5, True],
+                                    [0.5, 0.1], [1.0, 1e300]])
 def test_a_list_single_precision_does_not_hold_exactly_is_sealed_as_json(vector: list[Any]
                                                                          ) -> None:
     keyring = MemoryKeyring()

@@ -231,13 +231,20 @@ _FLOATS = frozenset((float,))
 def _plain(value: Any) -> bytes:
     """What a field's value is sealed as: packed float32 values for a list of floats single
     precision holds exactly (the usual embedding), its JSON otherwise."""
-    if isinstance(value, list | tuple) and value and _FLOATS.issuperset(map(type, value)):
+    if (isinstance(value, list | tuple) and value and _single(value[0])
+            and _FLOATS.issuperset(map(type, value))):
         packed = array("f", value)
         if packed.tolist() == list(value):
             if sys.byteorder == "big":
                 packed.byteswap()
             return VECTOR_MARK + packed.tobytes()
     return orjson.dumps(value)
+
+
+def _single(first: Any) -> bool:
+    """Whether single precision holds ``first`` exactly: a vector whose first value it does
+    not is told at once, without packing it all (a client's rounded decimals)."""
+    return isinstance(first, float) and array("f", (first,))[0] == first
 
 
 def _value(plain: bytes) -> Any:
