@@ -195,11 +195,10 @@ class Reader:
         while True:
             await wake.wait()
             wake.clear()
-            while self._waiters:
+            while self._release():
                 if self._must_look():
                     await self._look()
-                self._release()
-                if self._waiters:
+                if self._release():
                     await self._next_look(wake)
 
     def _must_look(self) -> bool:
@@ -221,16 +220,19 @@ class Reader:
             await asyncio.wait_for(wake.wait(), seconds)
         wake.clear()
 
-    def _release(self) -> None:
+    def _release(self) -> bool:
+        """Release the waits the known positions reach, drop those that ran out; whether any
+        is left."""
         pending = []
         for partition, wanted, future in self._waiters:
             if future.done():
                 continue
-            if wanted <= self._known[partition]:
+            if wanted <= self._known.get(partition, 0):
                 future.set_result(None)
             else:
                 pending.append((partition, wanted, future))
         self._waiters = pending
+        return bool(pending)
 
     def health(self, store: EventStore) -> dict[str, Any]:
         projected, committed = self.position(), store.max_position()
