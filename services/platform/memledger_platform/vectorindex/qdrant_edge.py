@@ -118,13 +118,10 @@ class QdrantEdgeVectorIndex(VectorIndex):
         if not wanted:
             return {}
         where = _filter(items_conditions(tenant, wanted))
-        # Pages as large as the items' points usually are: a filtered scroll's next page, from
-        # an offset, costs a scan of the shard, where its first is read from the payload index.
-        page = _PAGE * (1 + len(wanted) // 8)
         with self._lock:
-            found, offset = self._scroll(where, None, page)
+            found, offset = self._scroll(where, None)
             while offset is not None:
-                more, offset = self._scroll(where, offset, page)
+                more, offset = self._scroll(where, offset)
                 found += more
         return by_item(wanted, (_point(r) for r in found))
 
@@ -198,10 +195,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
                                          offset)
         return [_point(r) for r in found], offset
 
-    def _scroll(self, where: qe.Filter, offset: Any, page: int = _PAGE
-                ) -> tuple[list[qe.Record], Any]:
+    def _scroll(self, where: qe.Filter, offset: Any) -> tuple[list[qe.Record], Any]:
         return self._shard.scroll(qe.ScrollRequest(
-            offset=offset, limit=page, filter=where, with_payload=True, with_vector=True))
+            offset=offset, limit=_PAGE, filter=where, with_payload=True, with_vector=True))
 
     def _index_payload(self) -> None:
         """Index the scope's fields that are not yet indexed (a reopened shard has them)."""
