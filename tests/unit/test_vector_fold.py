@@ -3,7 +3,6 @@ keyword vector from the start and its dense vector once its content's embedding 
 corrections, retraction, supersession and archiving; redelivery and restarts; and, as a
 property, the same as-of answers as the replay oracle (``Projection`` + ``temporal.as_of``)."""
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -212,42 +211,6 @@ def test_a_new_items_assertion_does_not_ask_the_index_and_a_later_event_does() -
     assert asked == []
     fold.apply(decode(EMBEDDED))  # evicted (no cache): read back from the index
     assert asked == [(TENANT, ALICE)]
-
-
-def test_a_batch_reads_the_items_it_does_not_hold_at_once_and_folds_them_the_same() -> None:
-    items = [str(uuid.UUID(int=n + 1)) for n in range(5)]
-    asserted = [document for n, item in enumerate(items) for document in (
-        envelope(2 * n + 1, "memory.asserted", {**ASSERTED["payload"], "item_id": item},
-                 version=1, recorded=at(2025, 1), valid_from=at(2020), item=item),
-        embedded(2 * n + 2, 1, ACME, item=item, recorded=at(2025, 1)))]
-    revised = [document for n, item in enumerate(items) for document in (
-        envelope(20 + 2 * n, "memory.revised", {"content": GLOBEX}, version=2,
-                 recorded=at(2025, 2), valid_from=at(2022), item=item),
-        embedded(21 + 2 * n, 2, GLOBEX, item=item, recorded=at(2025, 2)))]
-    one_by_one = Projected(cache_items=0).apply(*asserted).apply(*revised)
-    index = InMemoryVectorIndex()
-    asked: list[tuple[str, list[str]]] = []
-
-    def many(tenant: str, wanted: Sequence[str]) -> dict[str, list[IndexedPoint]]:
-        asked.append((tenant, list(wanted)))
-        return index.items_points(tenant, wanted)
-
-    def one(tenant: str, item: str) -> list[IndexedPoint]:
-        raise AssertionError(f"{item} read alone")
-
-    batched = Projected(index, cache_items=0)
-    batched.fold = VectorFold(one, MODEL, cache_items=0, load_many=many)
-    batched.apply(*asserted)  # new items: nothing to read
-    events = [decode(document) for document in revised]
-    batched.fold.prefetch(events)
-    assert asked == [(TENANT, items)]
-    assert len(asked) == 1  # the embeddings' items are held by then
-    for event in events:
-        batched.fold.apply(event)
-    upserts, gone = batched.fold.take()
-    index.upsert(upserts)
-    index.delete(gone)
-    assert batched.snapshot(items) == one_by_one.snapshot(items)
 
 
 def test_events_the_vector_model_ignores_only_advance_its_position() -> None:

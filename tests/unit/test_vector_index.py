@@ -281,16 +281,6 @@ class VectorIndexContract:
                                     "archived_from": OPEN, "sys_until": OPEN}
         assert index.points("acme", "9") == []
 
-    def test_several_items_points_at_once_are_each_items_points(
-            self, index: VectorIndex) -> None:
-        index.upsert([point("1", X, item="7", sys_to=5), point("2", Y, item="7", sys_from=5),
-                      point("3", Z, item="8"), point("4", X, item="8", tenant="globex"),
-                      point("5", X, item="6")])
-        found = index.items_points("acme", ["8", "7", "9", "8"])
-        assert found == {item: index.points("acme", item) for item in ("8", "7", "9")}
-        assert [len(found[item]) for item in ("7", "8", "9")] == [2, 1, 0]
-        assert index.items_points("acme", []) == {}
-
 
 @pytest.fixture(params=["memory", "qdrant-edge", "qdrant-client-local"])
 def any_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:

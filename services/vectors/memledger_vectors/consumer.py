@@ -33,7 +33,7 @@ from memledger_platform.consumer import (
 )
 from memledger_platform.consumer_positions import ConsumerPositions
 from memledger_platform.crypto import Opener
-from memledger_platform.events import Event, decode
+from memledger_platform.events import decode
 from memledger_platform.vectorindex.factory import VECTORS_DURABLE
 from memledger_platform.vectorindex.port import IndexedPoint, IndexReopened, VectorIndex
 from memledger_schemas.event_types import EventType
@@ -123,8 +123,7 @@ class IndexWriter(Handling):
                  positions: ConsumerPositions | None) -> None:
         self._subjects = subjects
         self._index = index
-        self._fold = VectorFold(index.points, model, sessions=index.session_messages,
-                                load_many=index.items_points)
+        self._fold = VectorFold(index.points, model, sessions=index.session_messages)
         self._open = opener
         self._on_erased = on_erased
         self._positions = positions
@@ -174,20 +173,13 @@ class IndexWriter(Handling):
 
     async def _handle(self, batch: Batch) -> None:
         msgs = batch.pending
-        # Decoded ahead, to read the batch's items from the index at once; but in order
-        # around an erasure, after which what its keys sealed opens to nothing.
-        erasing = any(_type(msg) == EventType.SUBJECT_ERASED for msg in msgs)
-        ahead = None if erasing else [self._decoded(msg) for msg in msgs]
-        if ahead is not None:
-            self._fold.prefetch([e for e in ahead if isinstance(e, Event)])
         for index, msg in enumerate(msgs):
-            if _type(msg) == EventType.SUBJECT_ERASED:
+            if (msg.headers or {}).get(HDR_EVENT_TYPE) == EventType.SUBJECT_ERASED:
                 await self._write_pending()
                 await self._erase(msg)
                 await batch.ack(msgs[:index + 1])  # done: a retry does not erase again
             else:
-                await self._fold_one(batch, msg,
-                                     self._decoded(msg) if ahead is None else ahead[index])
+                await self._fold_one(batch, msg)
         # what every query process names and waits on, recorded in the same worker-thread
         # trip as the index write: a thread handoff is a fixed cost of every small batch
         await self._write_pending(recording=self._fold.position)
@@ -265,30 +257,13 @@ class IndexWriter(Handling):
         if recording is not None and self._positions is not None:
             self._positions.record_written(self._durable, recording)
 
-    def _decoded(self, msg: Msg) -> Event | Exception | None:
-        """The event of a message the fold reads (what decoding raised, for the dead
-        letters); ``None`` for any other message."""
-        if _type(msg) not in EVENT_TYPES:
-            return None
-        try:
-            return decode(msg.data, opener=self._open)
-        except (ValueError, KeyError, TypeError) as error:
-            return error
-
-    async def _fold_one(self, batch: Batch, msg: Msg, event: Event | Exception | None
-                        ) -> None:
-        if event is None:
-            headers = msg.headers or {}
+    async def _fold_one(self, batch: Batch, msg: Msg) -> None:
+        headers = msg.headers or {}
+        if headers.get(HDR_EVENT_TYPE) not in EVENT_TYPES:
             if HDR_POSITION in headers:
                 self._fold.position = max(self._fold.position, int(headers[HDR_POSITION]))
             return
         try:
-            if isinstance(event, Exception):
-                raise event
-            self._fold.apply(event)
+            self._fold.apply(decode(msg.data, opener=self._open))
         except (ValueError, KeyError, TypeError) as error:
             await batch.dead_letter(msg, f"vector fold: {error!r}")
-
-
-def _type(msg: Msg) -> str | None:
-    return (msg.headers or {}).get(HDR_EVENT_TYPE)

@@ -42,8 +42,6 @@ _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
 """Every point of (tenant, item_id) as the index holds it."""
-ManyLoader = Callable[[str, Sequence[str]], dict[str, list[IndexedPoint]]]
-"""Every point of each of several items of a tenant, by item id (``VectorIndex.items_points``)."""
 
 
 @dataclass
@@ -69,12 +67,10 @@ class VectorFold:
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
 
     def __init__(self, load: Loader, model: str, *, sessions: Sessions | None = None,
-                 cache_items: int = 20_000, load_many: ManyLoader | None = None) -> None:
+                 cache_items: int = 20_000) -> None:
         """``load``: an item's points from the index; ``sessions``: a session's message points
-        from the index (the turns before a message, ``message_context``); ``load_many``:
-        several items' points at once (``prefetch``)."""
+        from the index (the turns before a message, ``message_context``)."""
         self._load = load
-        self._load_many = load_many
         self._model = model
         self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
         self._cache_items = cache_items
@@ -108,28 +104,6 @@ class VectorFold:
             self._messages.appended(e, e.subject_id)
         elif self._comparable(e.payload["model"]):
             self._messages.embedded(e)
-
-    def prefetch(self, events: Sequence[Event]) -> None:
-        """Read at once, from the index, the items ``events`` will ask for that are not held
-        (``load_many``): a history's revisions reach items long evicted, and reading each alone
-        cost a round trip to the index. What is read is what ``_item`` would read, as the index
-        holds nothing of a batch until it is written."""
-        if self._load_many is None:
-            return
-        wanted: dict[str, dict[str, None]] = {}  # by tenant, the item ids in order, once
-        started: set[tuple[str, str]] = set()
-        for e in events:
-            item_id = e.payload.get("item_id")
-            if e.event_type in MESSAGE_EVENTS or e.event_type not in EVENT_TYPES or not item_id:
-                continue  # (an event without its item is the dead letters' when applied)
-            key = (e.tenant_id, str(item_id))
-            if e.event_type == EventType.MEMORY_ASSERTED and e.stream_version == 1:
-                started.add(key)
-            elif key not in self._items and key not in started:
-                wanted.setdefault(key[0], {})[key[1]] = None
-        for tenant, item_ids in wanted.items():
-            for item_id, points in self._load_many(tenant, list(item_ids)).items():
-                self._items.setdefault((tenant, item_id), _item_of(points))
 
     def forget_subject(self, tenant: str, subject_id: str) -> None:
         """After the index dropped a subject's points: drop its items here too (and any of

@@ -18,7 +18,7 @@ Contract (one suite checks every adapter):
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -163,13 +163,6 @@ class VectorIndex(ABC):
         """Every point of ``item_id`` in ``tenant``, by id, with its payload as stored, its
         sparse vector and its dense vector as stored: unit-length (cosine keeps direction)."""
 
-    def items_points(self, tenant: str, item_ids: Sequence[str]
-                     ) -> dict[str, list[IndexedPoint]]:
-        """``points`` of each of ``item_ids`` in ``tenant``, by item id (an item the index does
-        not hold: an empty list). Engines that can filter on several ids read them at once:
-        the vector projector asks for a batch's items so, not one round trip each."""
-        return {item_id: self.points(tenant, item_id) for item_id in dict.fromkeys(item_ids)}
-
     @abstractmethod
     def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
         """The message points of ``session`` in ``tenant`` appended before position
@@ -275,21 +268,6 @@ def subject_conditions(tenant: str, subject_id: str) -> list[Condition]:
 def item_conditions(tenant: str, item_id: str) -> list[Condition]:
     """The points of one item in one tenant (what ``points`` reads)."""
     return [Condition("tenant", "eq", tenant), Condition("item_id", "eq", item_id)]
-
-
-def items_conditions(tenant: str, item_ids: Sequence[str]) -> list[Condition]:
-    """The points of several items of one tenant (what ``items_points`` reads)."""
-    return [Condition("tenant", "eq", tenant), Condition("item_id", "any", list(item_ids))]
-
-
-def by_item(item_ids: Sequence[str], found: Iterable[IndexedPoint]
-            ) -> dict[str, list[IndexedPoint]]:
-    """``found`` by each of ``item_ids``, each item's points by id (as ``points`` has them)."""
-    grouped: dict[str, list[IndexedPoint]] = {item_id: [] for item_id in item_ids}
-    for point in found:
-        grouped[str(point.payload["item_id"])].append(point)
-    return {item_id: sorted(points, key=lambda p: p.point_id)
-            for item_id, points in grouped.items()}
 
 
 def session_conditions(tenant: str, session: str, before: int) -> list[Condition]:

@@ -18,11 +18,9 @@ from memledger_platform.vectorindex.port import (
     Scope,
     SparseVector,
     VectorIndex,
-    by_item,
     complete_payloads,
     conditions,
     item_conditions,
-    items_conditions,
     oldest_first,
     session_conditions,
     stored_payload,
@@ -88,18 +86,6 @@ class QdrantServerVectorIndex(VectorIndex):
             more, offset = self._scroll(where, offset)
             found += more
         return sorted((_point(r) for r in found), key=lambda p: p.point_id)
-
-    def items_points(self, tenant: str, item_ids: Sequence[str]
-                     ) -> dict[str, list[IndexedPoint]]:
-        wanted = list(dict.fromkeys(item_ids))
-        if not wanted:
-            return {}
-        where = _filter(items_conditions(tenant, wanted))
-        found, offset = self._scroll(where, None)
-        while offset is not None:
-            more, offset = self._scroll(where, offset)
-            found += more
-        return by_item(wanted, (_point(r) for r in found))
 
     def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
         where = _filter(session_conditions(tenant, session, before))

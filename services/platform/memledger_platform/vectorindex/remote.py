@@ -69,14 +69,6 @@ class ForwardedVectorIndex(VectorIndex):
         found: list[IndexedPoint] = self._call("points", tenant, item_id)
         return found
 
-    def items_points(self, tenant: str, item_ids: Sequence[str]
-                     ) -> dict[str, list[IndexedPoint]]:
-        if not item_ids:
-            return {}
-        found: dict[str, list[IndexedPoint]] = self._call("items_points", tenant,
-                                                          list(item_ids))
-        return found
-
     def session_messages(self, tenant: str, session: str, before: int) -> list[IndexedPoint]:
         found: list[IndexedPoint] = self._call("session_messages", tenant, session, before)
         return found
