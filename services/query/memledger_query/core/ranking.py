@@ -309,27 +309,23 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
 
 
 _CLOSING = "\"')]}\u201d\u2019\u00bb"
-_SENTENCE_END = re.compile(rf"(?<=[.!?\u2026])\s+|(?<=[.!?\u2026][{re.escape(_CLOSING)}])\s+")
-"""Where a sentence ends: end punctuation, perhaps closing a quote or bracket, then space."""
-_CLOSERS = _CLOSING + " \t\n"
-_ENDS = ".!?\u2026"
+_SENTENCE_END = re.compile(rf"[.!?\u2026]+[{re.escape(_CLOSING)}]*(?=\s|$)")
+"""A sentence's end: end punctuation, perhaps closing a quote or bracket, then space or the
+end of the text."""
 
 
 def asking(text: str) -> float:
     """The share of ``text``'s sentences that are questions (0..1): a sentence ends at end
-    punctuation followed by white space, and asks when the punctuation ending it (closing
-    quotes and brackets aside) holds a question mark. By punctuation alone, so in any
-    language that marks a question with "?"; 0 at once for text without one (most turns)."""
+    punctuation followed by white space, and asks when that punctuation (closing quotes and
+    brackets aside) holds a question mark; text after the last end is a sentence that does not
+    ask. By punctuation alone, so in any language that marks a question with "?"; 0 at once
+    for text without one (most turns)."""
     if "?" not in text:
         return 0.0
-    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
-    return sum(_asks(s) for s in sentences) / len(sentences)
-
-
-def _asks(sentence: str) -> bool:
-    end = sentence.rstrip(_CLOSERS)
-    mark = len(end) - len(end.rstrip(_ENDS))
-    return "?" in end[len(end) - mark:] if mark else False
+    body = text.rstrip()
+    ends = _SENTENCE_END.findall(body)
+    unended = not ends or not body.endswith(ends[-1])
+    return sum("?" in end for end in ends) / (len(ends) + unended)
 
 
 def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[str, float]:
