@@ -22,10 +22,6 @@ def attrs_of(values: dict[str, Any]) -> Attrs:
     return tuple(sorted([(k, tuple(v) if type(v) is list else v) for k, v in values.items()]))
 
 
-def _frozen(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
 @dataclass(frozen=True, init=False)
 class Version:
     """One rectangle: ``attrs`` were true over [valid_from, valid_to), known over
@@ -121,7 +117,9 @@ def _cut(current: Sequence[Version], start: datetime, end: datetime | None, posi
          cause: Attrs) -> tuple[tuple[Version, ...], tuple[Version, ...]]:
     """The current rows overlapping [start, end), and the remainders of them outside it (new
     rows from ``position``, made by the event ``cause``)."""
-    closed = tuple(r for r in current if r.overlaps(start, end))
+    # ``Version.overlaps``, inline: a fold calls this for every change of an item
+    closed = tuple([r for r in current if (end is None or r.valid_from < end)
+                    and (r.valid_to is None or start < r.valid_to)])
     kept: list[Version] = []
     for row in closed:
         if row.valid_from < start:
@@ -145,7 +143,7 @@ def _min_end(a: datetime | None, b: datetime | None) -> datetime | None:
 
 def _merge(attrs: Attrs, changes: dict[str, Any]) -> Attrs:
     merged = dict(attrs)
-    merged.update({k: _frozen(v) for k, v in changes.items()})
+    merged.update({k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
     if len(merged) == len(attrs):  # the usual case: no new name, the order still holds
         return tuple(merged.items())
     return tuple(sorted(merged.items()))
