@@ -82,10 +82,8 @@ def patch(current: Sequence[Version], start: datetime, end: datetime | None,
     if _empty(start, end):
         return Change((), ())
     closed, kept = _cut(current, start, end, position, cause)
-    pieces = tuple(
-        Version(max(r.valid_from, start), _min_end(r.valid_to, end), position, None,
-                _merge(r.attrs, changes), cause)
-        for r in closed)
+    pieces = [Version(max(r.valid_from, start), _min_end(r.valid_to, end), position, None,
+                      _merge(r.attrs, changes), cause) for r in closed]
     return Change(closed, (*kept, *pieces))
 
 
