@@ -85,7 +85,8 @@ def test_an_items_rows_are_written_each_as_its_own_line_would_be() -> None:
     for document in history:
         projection.apply(decode(document))
     rows = projection.rows[("acme", item)]
-    assert len(rows) > 6 and any(r.valid_to is None for r in rows)
+    assert len(rows) > 6
+    assert any(r.valid_to is None for r in rows)
     expected = [copytext.version_line(
         "acme", item, copytext.valid_range(r.valid_from, r.valid_to), r.sys_from, r.sys_to,
         copytext.attrs_json(r.attrs), copytext.attrs_json(r.cause)) for r in rows]
