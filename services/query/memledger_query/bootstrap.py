@@ -39,6 +39,7 @@ from memledger_platform.vectorindex.factory import connect_index, projector_dura
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core import rerank, when
 from memledger_query.core.index_progress import IndexProgress, PartitionProgress, Progress
+from memledger_query.core.ranking import Recipe
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
 from memledger_query.core.semantic import Rerank
@@ -136,6 +137,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
                         embed_timeout=settings.query_embed_timeout_seconds, clock=clock,
+                        recipe=Recipe(ask_weight=settings.ranking_ask_weight),
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
