@@ -127,6 +127,11 @@ class CountingReader(Reader):
         """How many read-your-writes waits the watcher still polls for."""
         return len(self._waiters)
 
+    @property
+    def listening(self) -> bool:
+        """Whether ``follow`` hears the projector's notices."""
+        return self._listening
+
 
 @asynccontextmanager
 async def query_api(dsn: str, side: ReadSide, tenant: str = TENANT

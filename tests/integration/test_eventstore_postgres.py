@@ -3,6 +3,7 @@
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC
 from uuid import UUID
 
 import pytest
@@ -92,6 +93,7 @@ def _pages(event_store: PostgresEventStore, until: int, share: StreamShare,
         for position, recorded_at, data in page:
             event = stored[position]
             assert (recorded_at, data) == (event.recorded_at, event.data)
+            assert recorded_at.tzinfo is UTC  # whatever the server's zone is named
             found.append(event)
     return found
 

@@ -174,6 +174,29 @@ async def test_messages_and_memories_are_found_together_and_kinds_include_or_exc
     assert sorted(h["kind"] for h in both) == ["fact", "message"]
 
 
+async def test_a_turn_that_asks_ranks_below_the_turn_that_answers_and_explain_says_why(
+        running: Pipeline) -> None:
+    await write(running, CreateSpace(space_id="main"))
+    answer = "I signed up for a pottery class in Lisbon."
+    asks = "Did you sign up for a pottery class in Lisbon?"
+    await _say(running, await _session(running), answer)
+    await write(running, AssertMemory(space_id="main", kind="fact",
+                                      content="Which pottery class in Lisbon?"))
+    said = await _say(running, await _session(running), asks)  # a session of its own: no
+    # words of the answer before it, so both turns match the query's words alike
+
+    hits = await _hits(running, query="pottery class in Lisbon", explain=True,
+                       min_position=said["position"])
+
+    by_content = {h["content"]: h["explain"] for h in hits}
+    assert [h["content"] for h in hits if h["kind"] == "message"] == [answer, asks]
+    assert by_content[asks]["keyword"] == by_content[answer]["keyword"]
+    assert (by_content[asks]["asking"], by_content[asks]["ask_factor"]) == (1.0, 0.7)
+    assert (by_content[answer]["asking"], by_content[answer]["ask_factor"]) == (0.0, 1.0)
+    assert by_content["Which pottery class in Lisbon?"]["ask_factor"] == 1.0, \
+        "a memory that asks is what was kept: it is not lowered"
+
+
 async def test_session_agent_participant_and_role_narrow_a_search_to_those_messages(
         running: Pipeline) -> None:
     await write(running, CreateSpace(space_id="main"))

@@ -66,3 +66,28 @@ def test_a_change_line_escapes_free_text_and_leaves_the_vector_out() -> None:
 ])
 def test_an_instant_is_written_as_isoformat_writes_it(instant: datetime) -> None:
     assert copytext.iso(instant) == instant.isoformat().encode()
+
+
+def test_an_items_rows_are_written_each_as_its_own_line_would_be() -> None:
+    # Revisions over parts of the valid time cut rows in two (bounds shared between rows)
+    # and leave an unbounded end; times in several zones, one an offset with seconds.
+    item = "0190a000-0000-7000-8000-0000000000b2"
+    history = [
+        event(1, "memory.asserted", {"item_id": item, "kind": "fact", "content": "a"},
+              valid_from="2020-01-01T00:00:00+05:30"),
+        event(2, "memory.revised", {"item_id": item, "content": "b"},
+              valid_from="2021-01-01T00:00:00Z", valid_to="2022-01-01T00:00:00-03:30"),
+        event(3, "memory.revised", {"item_id": item, "content": "c", "tags": ["x"]},
+              valid_from="1890-01-01T00:00:00+00:19:32"),
+        event(4, "memory.retracted", {"item_id": item, "reason": "gone"}),
+    ]
+    projection = Projection(keep_changes=False)
+    for document in history:
+        projection.apply(decode(document))
+    rows = projection.rows[("acme", item)]
+    assert len(rows) > 6
+    assert any(r.valid_to is None for r in rows)
+    expected = [copytext.version_line(
+        "acme", item, copytext.valid_range(r.valid_from, r.valid_to), r.sys_from, r.sys_to,
+        copytext.attrs_json(r.attrs), copytext.attrs_json(r.cause)) for r in rows]
+    assert list(copytext.version_lines(projection.rows)) == expected

@@ -13,6 +13,7 @@ from memledger_ingest.core.writer import GroupCommitWriter
 from memledger_platform.crypto import (
     ERASED,
     PERSONAL,
+    CipherMemo,
     MemoryKeyring,
     Opener,
     combined,
@@ -78,6 +79,33 @@ def test_an_opener_for_a_run_keeps_its_ciphers_until_it_opens_their_subjects_era
     assert Opener(keyring)(alone)["payload"]["content"] == ERASED
 
 
+def test_a_live_opener_keeps_ciphers_by_key_and_still_opens_nothing_once_a_key_is_gone(
+) -> None:
+    keyring = MemoryKeyring()
+    key = keyring.for_writing("acme", "u1", "main")
+    document = _document(seal_payload({"content": SECRET}, "memory.asserted", "e1", key))
+    live = Opener(keyring)
+    assert [live(document)["payload"]["content"] for _ in range(3)] == [SECRET] * 3
+    keyring.destroy("acme", "u1")
+    # unlike a run's ciphers, each field still asks the keyring for its key
+    assert live(document)["payload"]["content"] == ERASED
+
+
+def test_a_cipher_memo_makes_one_cipher_per_key_and_starts_again_when_full() -> None:
+    memo = CipherMemo(size=2)
+    first, second, third = new_key(), new_key(), new_key()
+    one = memo(first)
+    assert memo(first) is one
+    memo(second)
+    memo(third)  # full: emptied, then made again
+    assert memo(first) is not one
+    payload = {"content": SECRET}
+    key = MemoryKeyring().for_writing("acme", "u1", "main")
+    sealed = seal_payload(payload, "memory.asserted", "e1", key, memo)
+    assert open_document(_document(sealed), {key.key_id: key.key}.get, made=memo)[
+        "payload"] == payload
+
+
 def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_itself() -> None:
     keyring = MemoryKeyring()
     key = keyring.for_writing("acme", "user-7", "main")
@@ -94,7 +122,8 @@ def test_a_float32_vector_is_sealed_packed_at_a_fifth_of_its_json_and_opens_to_i
         "vector"] is None
 
 
-@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [1e300, 0.5], [0.5, 1, 0.25], [0.5, True]])
+@pytest.mark.parametrize("vector", [[0.1, 0.2, 0.3], [1e300, 0.5], [0.5, 1, 0.25], [0.5, True],
+                                    [0.5, 0.1], [1.0, 1e300]])
 def test_a_list_single_precision_does_not_hold_exactly_is_sealed_as_json(vector: list[Any]
                                                                          ) -> None:
     keyring = MemoryKeyring()

@@ -73,3 +73,25 @@ async def test_a_tick_sends_the_same_commands_whatever_its_chunk(chunk: int) -> 
     assert sent == await _sent(3)
     archived = [cmd for _, batch in sent for cmd in batch if isinstance(cmd, c.ArchiveMemory)]
     assert len(archived) > 7
+
+
+def test_a_tick_reads_only_the_items_of_spaces_a_policy_governs() -> None:
+    log = _log().add("space.policy_set", T0, space="held", policy_version=1, legal_hold=True,
+                     retention_days={"event": 1})
+    for n in range(30):
+        log.item(str(UUID(int=1_000 + n)), T0, kind="event",
+                 space=("unpoliced", "held")[n % 2])
+    lifecycle = fold(log.events)
+    read: list[int] = []
+    item = lifecycle.table.item
+
+    def counted(row: int, *, vector: bool = True) -> Any:
+        read.append(row)
+        return item(row, vector=vector)
+
+    lifecycle.table.item = counted  # type: ignore[method-assign]
+    archives = lifecycle.archives(NOW)
+    governed = {"main", "decaying", "bounded"}
+    assert {a.space for a in archives} <= governed
+    assert read
+    assert {lifecycle.table.text(r, "space") for r in read} <= governed

@@ -110,6 +110,8 @@ def test_only_json_media_types_are_json_bodies(content_type: str | None, json: b
     (b'{"a": "\\"a\\": 1, ", "b": "{[", "c": 1, "c": 2}', "c"),
     (b'{"a\\u0062": 1, "ab": 2}', "ab"),
     (b'{"x": [[], {}, [{}]], "y": [{"z": 1}, {"z": 1}]}', None),
+    (b'{"v": [0.5, -1e-3, 2], "w": {"v": [0.25, true, null, "s"]}}', None),
+    (b'{"v": [0.5, 2, true, null, "s"], "w": [1.5, {"k": 1, "k": 2}]}', "w.1.k"),
 ])
 def test_a_key_repeated_in_one_object_is_found_with_its_path(raw: bytes, path: str | None
                                                              ) -> None:

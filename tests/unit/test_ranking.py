@@ -96,6 +96,7 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
     assert found.explain == {
         "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71, "fused": 0.59,
         "time_nearness": 0.0, "time_factor": 1.0, "session_keyword": 0.0, "session_factor": 1.0,
+        "asking": 0.0, "ask_factor": 1.0,
         "words_only": 0, "age_days": 180.0, "half_life_days": 180.0,
         "decay": 0.5, "recency_factor": 0.9,
         "importance_factor": 1.1, "confidence_factor": 0.85, "signals_used": 1,
@@ -150,6 +151,74 @@ def test_only_messages_are_lifted_and_only_by_their_own_session() -> None:
                   candidate("loose", dense=0.8, kind="message")], RECIPE, NOW)
     lifted = {r.candidate.item_id: r.explain["session_factor"] for r in found}
     assert lifted == {"named": 1.375, "other": 1.0, "fact": 1.0, "loose": 1.0}
+
+
+# --- a turn that asks ----------------------------------------------------------------------
+
+def said(item: str, content: str, *, dense: float = 0.6, keyword: float = 4.0) -> Candidate:
+    return candidate(item, dense=dense, keyword=keyword, kind="message", content=content)
+
+
+def test_a_turn_that_asks_ranks_below_an_answering_turn_with_the_same_words() -> None:
+    asks = said("a-asks", "Did you go hiking in the mountains?")
+    answers = said("b-answers", "I went hiking in the mountains.")
+    order = [r.candidate.item_id for r in rank([asks, answers], RECIPE, NOW)]
+    assert order == ["b-answers", "a-asks"], "equal words and cosine: the answer first"
+    found = {r.candidate.item_id: r for r in rank([asks, answers], RECIPE, NOW)}
+    assert found["a-asks"].explain["asking"] == 1.0
+    assert found["a-asks"].explain["ask_factor"] == pytest.approx(1 - RECIPE.ask_weight)
+    assert found["a-asks"].score == pytest.approx(found["b-answers"].score
+                                                  * (1 - RECIPE.ask_weight))
+    assert found["a-asks"].relevance == found["b-answers"].relevance, \
+        "asking orders hits; it never shuts one out"
+
+
+@pytest.mark.parametrize(("content", "share"), [
+    ("Nice! What did you paint?", 0.5),
+    ("What did you paint? A lake? I love lakes.", 2 / 3),
+    ("Really?! That's great.", 0.5),
+    ('She asked "why not?" Then she left.', 0.5),
+    ("What about it (the lake?)", 1.0),
+    ("Is it done?\nYes, finished.", 0.5),
+    ("I painted a lake.", 0.0),
+    ("See https://example.org/?q=lake for it.", 0.0),
+    ("", 0.0),
+])
+def test_asking_is_the_share_of_sentences_ending_in_a_question_mark(content: str,
+                                                                     share: float) -> None:
+    assert score(said("t", content), RECIPE, NOW).explain["asking"] == pytest.approx(
+        share, abs=1e-6)
+
+
+def test_a_turn_is_lowered_by_its_share_of_questions_a_memory_never() -> None:
+    half = score(said("t", "Nice! What did you paint?"), RECIPE, NOW)
+    assert half.explain["ask_factor"] == pytest.approx(1 - RECIPE.ask_weight / 2)
+    fact = score(candidate("f", dense=0.6, content="What did you paint?"), RECIPE, NOW)
+    assert (fact.explain["asking"], fact.explain["ask_factor"]) == (0.0, 1.0)
+
+
+def test_ask_weight_zero_changes_nothing() -> None:
+    found = [said("a", "Did you go hiking?", keyword=6.0), said("b", "I went hiking.", dense=0.7),
+             said("c", "Hiking? Me too. Where?", dense=0.5, keyword=3.0),
+             candidate("d", dense=0.65, content="Where to go hiking?")]
+    off = Recipe(ask_weight=0.0)
+    ranked = rank(found, off, NOW)
+    asked = rank([replace(c, payload={**c.payload, "content": "x"}) for c in found], off, NOW)
+    assert [(r.candidate.item_id, r.score) for r in ranked] == \
+        [(r.candidate.item_id, r.score) for r in asked], "questions or not, the same scores"
+    assert {r.explain["ask_factor"] for r in ranked} == {1.0}
+    assert [r.candidate.item_id for r in rank(found, RECIPE, NOW)] != \
+        [r.candidate.item_id for r in ranked], "and the default does move them"
+
+
+@pytest.mark.parametrize("weight", [-0.1, 1.5, math.nan])
+def test_an_ask_weight_outside_0_to_1_is_refused_naming_it(weight: float) -> None:
+    with pytest.raises(ValueError, match="ask_weight"):
+        Recipe(ask_weight=weight)
+
+
+def test_the_ask_weight_is_part_of_the_policy_version() -> None:
+    assert policy_version(RECIPE, "m") != policy_version(Recipe(ask_weight=0.0), "m")
 
 
 # --- a candidate found by its words alone ----------------------------------------------------

@@ -106,6 +106,18 @@ def test_a_reranked_message_keeps_the_lift_of_its_session() -> None:
     assert found["answer"].score == pytest.approx(1 / 3 * 1.375)
 
 
+def test_a_reranked_turn_that_asks_stays_lowered_by_its_asking() -> None:
+    said = {"kind": "message", "session": "s1", "content_at": None, "importance": 0.5,
+            "confidence": 1.0}
+    ranked = rank([Candidate("asks", {**said, "content": "Is it?"}, dense=0.8),
+                   Candidate("says", {**said, "content": "It is."}, dense=0.8)],
+                  Recipe(session_weight=0.0), 0.0)
+    found = {r.candidate.item_id: r for r in reorder(ranked, "q", ByLength(), depth=2)}
+    assert found["asks"].explain["ask_factor"] == pytest.approx(0.7)
+    assert found["asks"].score == pytest.approx(found["says"].score * 0.7), \
+        "the reranker judges both texts alike by their length: the question still counts"
+
+
 def test_a_search_with_a_reranker_shows_its_order_and_without_one_the_fused_order() -> None:
     index = InMemoryVectorIndex()
     for n, (content, vector) in enumerate([("a much longer answer about tea", [1.0, 0.0]),

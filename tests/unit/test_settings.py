@@ -61,6 +61,9 @@ def test_a_port_out_of_range_fails_with_a_message_naming_the_variable(
     ("MEMLEDGER_LOG_LEVEL", "verbose"),
     ("MEMLEDGER_WRITER_MAX_GROUP_BYTES", "1000"),
     ("MEMLEDGER_WRITER_COMMIT_TIMEOUT_SECONDS", "0"),
+    ("MEMLEDGER_RANKING_ASK_WEIGHT", "1.5"),
+    ("MEMLEDGER_RANKING_ASK_WEIGHT", "-0.1"),
+    ("MEMLEDGER_RANKING_ASK_WEIGHT", "a lot"),
 ])
 def test_a_bad_value_fails_with_a_message_naming_its_variable(
         monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:

@@ -233,6 +233,7 @@ def test_a_revision_with_content_closes_the_old_point_and_opens_one_without_a_ve
     # Valid from when it was recorded: before then, Alice was still at Acme (and embedded).
     assert new.payload["valid_from"] == before.payload["valid_to"] == seconds(at(2025, 3))
     assert (before.payload["content"], before.vector) == (ACME, dense_of(ACME))
+    assert old.sparse == before.sparse == encode_document(ACME)
 
 
 def test_the_new_contents_embedding_sets_the_vector_of_the_new_row_only() -> None:

@@ -67,12 +67,13 @@ def up(settings: Settings) -> None:
             await _index_serving(query.index, stop)
             recording = asyncio.create_task(query.record_retrievals(
                 settings, started.nats_url("query"), children_stop))
+            following = asyncio.create_task(query.follow_projection(children_stop))
             try:
                 await serve(settings, started.endpoints("ingest"), stop, ready, also=query.app,
                             also_grpc=query.grpc, on_grpc_ready=grpc_address.append)
             finally:
                 children_stop.set()
-                await asyncio.gather(*children, recording)
+                await asyncio.gather(*children, recording, following)
                 await asyncio.to_thread(query.close)
 
         # Two stages, each within the grace period: its own services (ingest gives up on a

@@ -163,7 +163,9 @@ class LifecycleFold:
         survivors' strengths are held)."""
         over = self._over_limits(now)
         chunk: list[Archive] = []
-        for row in self._candidates():
+        # Only the spaces a policy governs now: any other item is never archived, and reading
+        # each one's snapshot at every tick grew with the whole load.
+        for row in self._candidates(self._governed()):
             item = self.table.item(int(row), vector=False)
             policy = self._governing(item)
             if policy is None:
@@ -211,6 +213,12 @@ class LifecycleFold:
                 mine = mine[np.isin(t.column("space")[mine], codes)]
             ids = np.array([t.ids[r] for r in mine], dtype=object)
             yield from mine[np.argsort(ids, kind="stable")]
+
+    def _governed(self) -> set[tuple[str, str]]:
+        """The (tenant, space) pairs a policy governs (under none, or under a legal hold,
+        ``_governing`` finds no policy for any item)."""
+        return {key for key, versions in self.policies.items()
+                if versions and not versions[-1].values.get("legal_hold")}
 
     def _limited(self, tenant: str, space: str) -> bool:
         versions = self.policies.get((tenant, space), [])

@@ -179,13 +179,41 @@ def unwrap(master: bytes, key_id: str, wrapped: bytes) -> bytes:
     return AESGCM(master).decrypt(wrapped[:12], wrapped[12:], key_id.encode())
 
 
-def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: SubjectKey
-                 ) -> dict[str, Any]:
+class CipherMemo:
+    """AES-GCM ciphers by their key, each made once for the events that follow: making one
+    costs about twice opening an embedding's vector. The key itself is still looked up for
+    every field, so a destroyed key opens nothing whatever is kept here; the memo is emptied
+    when its owner sees an erasure (``Opener``) or ends a commit group (the writer), and once
+    it holds ``size`` ciphers."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._made: dict[bytes, AESGCM] = {}
+        self._size = size
+
+    def __call__(self, key: bytes) -> AESGCM:
+        found = self._made.get(key)
+        if found is None:
+            if len(self._made) >= self._size:
+                self._made.clear()
+            found = self._made[key] = AESGCM(key)
+        return found
+
+    def clear(self) -> None:
+        self._made.clear()
+
+
+Making = Callable[[bytes], AESGCM]
+"""What makes the cipher of a key: ``AESGCM`` itself, or a ``CipherMemo``."""
+
+
+def seal_payload(payload: dict[str, Any], event_type: str, event_id: str, key: SubjectKey,
+                 made: Making = AESGCM) -> dict[str, Any]:
     """``payload`` with its personal fields sealed (fields that are absent, null or empty stay
-    so: they hold nothing, and open to what their placeholder is anyway)."""
+    so: they hold nothing, and open to what their placeholder is anyway). ``made``: where its
+    key's cipher comes from."""
     fields = PERSONAL.get(event_type, {})
     sealed = dict(payload)
-    aead = AESGCM(key.key)
+    aead = made(key.key)
     for name in fields:
         value = payload.get(name)
         if value is None or value in ([], {}):
@@ -203,13 +231,20 @@ _FLOATS = frozenset((float,))
 def _plain(value: Any) -> bytes:
     """What a field's value is sealed as: packed float32 values for a list of floats single
     precision holds exactly (the usual embedding), its JSON otherwise."""
-    if isinstance(value, list | tuple) and value and _FLOATS.issuperset(map(type, value)):
+    if (isinstance(value, list | tuple) and value and _single(value[0])
+            and _FLOATS.issuperset(map(type, value))):
         packed = array("f", value)
         if packed.tolist() == list(value):
             if sys.byteorder == "big":
                 packed.byteswap()
             return VECTOR_MARK + packed.tobytes()
     return orjson.dumps(value)
+
+
+def _single(first: Any) -> bool:
+    """Whether single precision holds ``first`` exactly: a vector whose first value it does
+    not is told at once, without packing it all (a client's rounded decimals)."""
+    return isinstance(first, float) and array("f", (first,))[0] == first
 
 
 def _value(plain: bytes) -> Any:
@@ -239,10 +274,11 @@ cache holds its keys as long as it lives: only for a run, and cleared of erased 
 
 
 def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None],
-                  ciphers: Ciphers | None = None) -> dict[str, Any]:
+                  ciphers: Ciphers | None = None, made: Making = AESGCM) -> dict[str, Any]:
     """The event document with its sealed fields opened, or replaced by their placeholders
     when the key is gone. Unsealed documents are returned as they are. ``ciphers``: where
-    the ciphers of this run are kept (none: each field makes its own)."""
+    the ciphers of this run are kept by key id (none: each field looks its key up and has its
+    cipher from ``made``)."""
     payload = document.get("payload")
     fields = PERSONAL.get(document.get("event_type", ""))
     if fields is None or not isinstance(payload, dict):
@@ -256,16 +292,16 @@ def open_document(document: dict[str, Any], key_of: Callable[[str], bytes | None
             if opened is None:
                 opened = dict(payload)
             opened[name] = _open(value, f"{document['event_id']}/{name}", key_of, placeholder,
-                                 ciphers)
+                                 ciphers, made)
     return document if opened is None else {**document, "payload": opened}
 
 
 def _open(value: str, aad: str, key_of: Callable[[str], bytes | None], placeholder: Any,
-          ciphers: Ciphers | None) -> Any:
+          ciphers: Ciphers | None, made: Making) -> Any:
     key_id, _, box = value[len(PREFIX):].partition(":")
     if ciphers is None:
         key = key_of_id(key_id, key_of)
-        cipher = None if key is None else AESGCM(key)
+        cipher = None if key is None else made(key)
     elif (cipher := ciphers.get(key_id)) is None and key_id not in ciphers:
         key = key_of_id(key_id, key_of)
         cipher = ciphers[key_id] = None if key is None else AESGCM(key)
@@ -338,6 +374,7 @@ class Opener:
     def __init__(self, keyring: Keyring | None, ciphers: Ciphers | None = None) -> None:
         self._keyring = keyring
         self._ciphers = ciphers
+        self._made = CipherMemo()
 
     def for_run(self) -> "Opener":
         """An opener with the same keyring for one run of many events (a rebuild), which
@@ -349,11 +386,12 @@ class Opener:
         if document.get("event_type") == EventType.SUBJECT_ERASED and self._keyring is not None:
             erased = str(document["payload"].get("key_id", "")).split(",")
             self._keyring.forget(erased)
+            self._made.clear()
             if self._ciphers:  # a combined key's id names each of its parts
                 for key_id in [k for k in self._ciphers if set(k.split(COMBINED)) & set(erased)]:
                     del self._ciphers[key_id]
         return open_document(document, self._keyring.key if self._keyring else _no_key,
-                             self._ciphers)
+                             self._ciphers, self._made)
 
     def keys(self, key_ids: Collection[str]) -> dict[str, bytes | None]:
         """The keys with these ids as this opener would use them now (``None``: destroyed,

@@ -86,17 +86,17 @@ def decode(source: bytes | dict[str, Any], *, position: int | None = None,
         version = CURRENT_VERSION.get(event_type, 1)
     elif (event_type, version) in UPCASTERS:
         version, payload = upcast(event_type, version, payload)
+    get = document.get  # a dozen lookups for every event of a rebuild
     return Event(
         document["global_position"] if position is None else position,
         _instant(document["recorded_at"]) or datetime.min if recorded_at is None
         else recorded_at,
         event_type, str(document["event_id"]), document["tenant_id"], document["space_id"],
-        document["actor"], _text(document.get("session_id")), document.get("agent_id"),
-        _instant(document.get("valid_from")), _instant(document.get("valid_to")), payload,
-        version, document.get("stream_id"), document.get("stream_version", 0),
-        document.get("subject_id"), document.get("key_id"), document.get("idempotency_key"),
-        document.get("correlation_id"), document.get("causation_id"),
-        document.get("traceparent"))
+        document["actor"], _text(get("session_id")), get("agent_id"),
+        _instant(get("valid_from")), _instant(get("valid_to")), payload,
+        version, get("stream_id"), get("stream_version", 0), get("subject_id"),
+        get("key_id"), get("idempotency_key"), get("correlation_id"), get("causation_id"),
+        get("traceparent"))
 
 
 def _instant(value: Any) -> datetime | None:

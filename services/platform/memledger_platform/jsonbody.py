@@ -33,18 +33,33 @@ def repeated_key(raw: bytes, parsed: Any) -> str | None:
     """The dotted path (``commands.3.kind``) of the first key that an object of the JSON
     document ``raw`` holds twice, else ``None``. ``parsed``: ``raw`` as ``orjson.loads`` read
     it (keeping the last of repeated keys, so it has fewer keys than ``raw`` exactly when one
-    is repeated: counted at C speed, the path looked for only then)."""
-    try:
-        if _key_count(raw) == _key_count(orjson.dumps(parsed)):
-            return None
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes: look the slow way
-        pass
+    is repeated: counted cheaply, the path looked for only then)."""
+    if _key_count(raw) == _keys_in(parsed):
+        return None
     return _first_repeat(raw)
 
 
 def _key_count(document: bytes) -> int:
     found = _STRINGS.findall(document)
     return len(found) - found.count(b"")
+
+
+_SCALARS = frozenset((int, float, bool, str, type(None)))
+
+
+def _keys_in(parsed: Any) -> int:
+    """How many keys the objects of a parsed document hold. Iterative, so any depth the
+    parser accepted; a list of scalars (an embedding) is told by its types' set, made in C,
+    rather than written out again as JSON to be counted."""
+    count, pending = 0, [parsed]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            count += len(value)
+            pending.extend(v for v in value.values() if isinstance(v, dict | list))
+        elif isinstance(value, list) and not _SCALARS.issuperset(map(type, value)):
+            pending.extend(v for v in value if isinstance(v, dict | list))
+    return count
 
 
 @dataclass

@@ -4,7 +4,7 @@ imports (eventsourcing, pydantic and the event schemas), the rebuild's fold work
 about half the CPU time, and so folds its share sooner (ADR 0005)."""
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -51,9 +51,10 @@ def read_share(conn: psycopg.Connection[Any], schema: str, table: str, after: in
     """The events of ``share`` in the log ``schema.table`` (``conn``: to its database) after
     position ``after`` up to ``until``, ``limit`` at most, in position order (the server
     leaves the others out: two processes can each read their own share), as tuples: a
-    rebuild needs no more, and reading only these columns takes about half the time."""
+    rebuild needs no more, and reading only these columns takes about half the time. Times
+    are in ``datetime.UTC``, whatever the session's time zone."""
     inside = SQL("(topic LIKE %s AND get_byte(uuid_send(originator_id), 15) %% %s < %s)")
-    query = SQL("SELECT notification_id, recorded_at, state FROM {0}.{1} WHERE "
+    query = SQL("SELECT notification_id, recorded_at AT TIME ZONE 'UTC', state FROM {0}.{1} WHERE "
                 "notification_id > %s AND notification_id <= %s AND {side}{inside} "
                 "ORDER BY notification_id LIMIT %s").format(
         Identifier(schema), Identifier(table), inside=inside,
@@ -61,4 +62,8 @@ def read_share(conn: psycopg.Connection[Any], schema: str, table: str, after: in
     prefix = share.prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     with conn.cursor(binary=True, row_factory=tuple_row) as curs:
         curs.execute(query, (after, until, f"{prefix}%", share.modulus, share.below, limit))
-        return curs.fetchall()
+        # Read as UTC wall time and tagged ``UTC`` here: a time in a ``zoneinfo`` zone (what
+        # psycopg makes of a server zone named otherwise, e.g. Etc/UTC) is formatted about
+        # ten times slower, and a rebuild formats each event's time once or twice.
+        return [(position, at.replace(tzinfo=UTC), data)
+                for position, at, data in curs.fetchall()]

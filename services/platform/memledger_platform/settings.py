@@ -142,6 +142,10 @@ class Settings(BaseSettings):
                                      "model")
     rerank_depth: int = Field(default=30, ge=1, le=200, description="how many of a search "
                               "layer's best hits the reranker reorders")
+    ranking_ask_weight: float = Field(
+        default=0.3, ge=0, le=1, description="how far search lowers a conversation message "
+        "by the share of its sentences that are questions (its score times 1 - this * share): "
+        "a turn that only asks is rarely what answers; 0: off")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")

@@ -8,7 +8,7 @@ in PostgreSQL (``IndexProgress``).
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
@@ -39,6 +39,7 @@ from memledger_platform.vectorindex.factory import connect_index, projector_dura
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core import rerank, when
 from memledger_query.core.index_progress import IndexProgress, PartitionProgress, Progress
+from memledger_query.core.ranking import Recipe
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
 from memledger_query.core.semantic import Rerank
@@ -68,6 +69,13 @@ class QueryService:
     keyring_pool: ConnectionPool[Any] | None = None
     recorder: IntakeRecorder | None = None
     """Records audited retrievals over the NATS connection ``record_retrievals`` opens."""
+    follow: Callable[[asyncio.Event], Awaitable[None]] | None = None
+    """Hears the projector's notices until its event is set (run beside the service): a read
+    waiting for ``min_position`` is released by the commit that reaches it."""
+
+    async def follow_projection(self, stop: asyncio.Event) -> None:
+        if self.follow is not None:
+            await self.follow(stop)
 
     async def record_retrievals(self, settings: Settings, nats_url: str, stop: asyncio.Event
                                 ) -> None:
@@ -129,6 +137,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
                         embed_timeout=settings.query_embed_timeout_seconds, clock=clock,
+                        recipe=Recipe(ask_weight=settings.ranking_ask_weight),
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
@@ -136,7 +145,7 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reads = grpc_server.principal_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
-                        recorder)
+                        recorder, partial(reader.follow, dsn))
 
 
 def add_semantic_routes(app: FastAPI, reader: Reader, semantic: Semantic) -> None:
@@ -184,6 +193,7 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
         on_ready(http_server.address(sock))
         on_ready(f"gRPC {grpc_address}")
     recording = asyncio.create_task(service.record_retrievals(settings, nats_url, stop))
+    following = asyncio.create_task(service.follow_projection(stop))
     try:
         await http_server.serve(RequestLimits(
             service.app, max_body_bytes=settings.http_max_body_bytes,
@@ -191,7 +201,7 @@ async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event
     finally:
         stop.set()
         await rpc.stop(grpc_server.GRACE_SECONDS)
-        await recording
+        await asyncio.gather(recording, following)
         await asyncio.to_thread(service.close)
 
 

@@ -11,10 +11,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import psycopg
-from psycopg import sql
-
-from memledger_platform import bus, deployment, telemetry
+from memledger_platform import bus, deployment, notices, telemetry
 from memledger_platform.endpoints import Endpoints, endpoints_from
 from memledger_platform.eventstore.postgres import (
     EVENTS_TABLE,
@@ -93,18 +90,9 @@ async def run(settings: Settings) -> None:
 
 
 async def listen_for_commits(dsn: str, channel: str, on_commit: Callable[[], None]) -> None:
-    """Call ``on_commit`` for every NOTIFY on ``channel``; reconnect forever (until
-    cancelled) after any connection failure."""
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                on_commit()  # whatever was committed while we were not listening
-                async for _ in conn.notifies():
-                    on_commit()
-        except psycopg.Error as error:
-            log.warning("commit listener reconnecting (polling meanwhile): %s", error)
-            await asyncio.sleep(1.0)
+    """Call ``on_commit`` for every NOTIFY on ``channel`` (and whenever listening starts
+    again); reconnect forever (until cancelled) after any connection failure."""
+    await notices.listen(dsn, channel, lambda _: on_commit())
 
 
 async def _drain(relay: Relay) -> None:

@@ -23,7 +23,7 @@ from memledger_platform.readmodel import temporal
 from memledger_platform.readmodel.projection import layer_of
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import EMBEDDED_FROM, OPEN, IndexedPoint
+from memledger_platform.vectorindex.port import EMBEDDED_FROM, OPEN, IndexedPoint, SparseVector
 from memledger_schemas.event_types import EventType
 from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
@@ -52,6 +52,9 @@ class _Item:
     """Dense vector per content version (the item's stream version that set the content)."""
     embedded_from: dict[int, float] = field(default_factory=dict)
     """The position each content version's vector came at (``EMBEDDED_FROM``)."""
+    keywords: dict[int, SparseVector] = field(default_factory=dict)
+    """The keyword vector of each content version's text: a revision writes again the
+    points of the content before it (closed, and cut in valid time), not made again."""
     archived_from: float = OPEN
 
 
@@ -277,16 +280,20 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]]
 
 def _point_of(key: tuple[str, str], item: _Item, row: Version, point_id: str
               ) -> IndexedPoint:
-    version = dict(row.attrs)["content_version"]
+    attrs = dict(row.attrs)
+    version = attrs["content_version"]
+    keywords = item.keywords.get(version)
+    if keywords is None:
+        keywords = item.keywords[version] = sparse.encode_document(attrs["content"])
     return point_of(key, item.archived_from, row, point_id, item.vectors.get(version),
-                    embedded_from=item.embedded_from.get(version))
+                    embedded_from=item.embedded_from.get(version), keywords=keywords)
 
 
 def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id: str,
-             vector: Sequence[float] | None, *, embedded_from: float | None = None
-             ) -> IndexedPoint:
+             vector: Sequence[float] | None, *, embedded_from: float | None = None,
+             keywords: SparseVector | None = None) -> IndexedPoint:
     """The point of ``row``; ``embedded_from``: the position its ``vector`` came at, if
-    known (``EMBEDDED_FROM``)."""
+    known (``EMBEDDED_FROM``); ``keywords``: its content's keyword vector, if made already."""
     a = dict(row.attrs)
     triple = a.get("triple") or {}
     payload = {
@@ -303,7 +310,8 @@ def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id:
         "layer": a.get("layer") or ("session" if a["session"] else "project")}
     if vector is not None and embedded_from is not None:
         payload[EMBEDDED_FROM] = embedded_from
-    return IndexedPoint(point_id, vector, payload, sparse.encode_document(a["content"]))
+    return IndexedPoint(point_id, vector, payload, sparse.encode_document(a["content"])
+                        if keywords is None else keywords)
 
 
 def _item_of(points: list[IndexedPoint]) -> _Item:

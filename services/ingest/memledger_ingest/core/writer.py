@@ -45,7 +45,14 @@ from memledger_ingest.domain.errors import Conflict, DomainError, Invalid
 from memledger_ingest.domain.streams import STATEFUL, StreamRef, StreamState, evolve
 from memledger_ingest.domain.targets import IndexModel
 from memledger_platform import telemetry
-from memledger_platform.crypto import PERSONAL, Keyring, SubjectKey, combined, seal_payload
+from memledger_platform.crypto import (
+    PERSONAL,
+    CipherMemo,
+    Keyring,
+    SubjectKey,
+    combined,
+    seal_payload,
+)
 
 __all__ = ["CommandResult", "CommitTimedOut", "GroupCommitWriter", "Rejected", "WriterStopping"]
 from memledger_platform.clock import Clock, SystemClock
@@ -141,6 +148,7 @@ class GroupCommitWriter:
         self._skew = timedelta(seconds=tuning.clock_skew_seconds)
         self._keyring = keyring
         self._group_keys: dict[tuple[str, str, str], SubjectKey] = {}
+        self._ciphers = CipherMemo()
         self._ahead: tuple[KeySet, Future[dict[tuple[str, str, str], SubjectKey]]] | None = None
         self._lookups: ThreadPoolExecutor | None = None
         self._ahead_until = 0.0
@@ -317,6 +325,7 @@ class GroupCommitWriter:
         # kept longer: a key destroyed by an erasure is never used again after the group that
         # was running and the next (never in a group that records the erasure).
         self._group_keys = {}
+        self._ciphers.clear()  # as the keys: a group's ciphers are not kept for the next
         self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
         states = self._load_states(group)
@@ -480,7 +489,8 @@ class GroupCommitWriter:
                 body = payload.__pydantic_serializer__.to_json(payload)
             else:  # personal data leaves this process sealed, never in the clear
                 body = orjson.dumps(seal_payload(payload.model_dump(mode="json"),
-                                                 payload.event_type, str(event_id), key))
+                                                 payload.event_type, str(event_id), key,
+                                                 self._ciphers))
             data = b"".join((head[:-1], b',"payload":', body, b"}"))
             events.append(NewEvent(event_id, stream_id, version, payload.event_type, data))
             plan.states[stream_id] = evolve(

@@ -60,11 +60,12 @@ class Projection:
         return [r for r in self.rows.get(key, []) if r.sys_to is None]
 
     def change_rows(self, key: Key, change: temporal.Change, position: int) -> None:
-        closed = {id(r) for r in change.closed}
-        kept = [Version(r.valid_from, r.valid_to, r.sys_from, position, r.attrs, r.cause,
-                        r.row_id) if id(r) in closed else r
-                for r in self.rows.get(key, [])]
-        self.rows[key] = kept + list(change.inserted)
+        rows = self.rows.get(key, [])
+        if change.closed:
+            closed = {id(r) for r in change.closed}
+            rows = [Version(r.valid_from, r.valid_to, r.sys_from, position, r.attrs, r.cause,
+                            r.row_id) if id(r) in closed else r for r in rows]
+        self.rows[key] = [*rows, *change.inserted]
         self.dirty.add(("rows", key))
 
 
@@ -176,7 +177,8 @@ def _asserted(p: Projection, e: Event) -> None:
 
 def _revised(p: Projection, e: Event) -> None:
     key = _touch(p, e)
-    changes = {f: e.payload[f] for f in ITEM_FIELDS if e.payload.get(f) is not None}
+    payload = e.payload
+    changes = {f: v for f in ITEM_FIELDS if (v := payload.get(f)) is not None}
     start = e.valid_from or e.recorded_at
     p.change_rows(key, temporal.patch(p.current(key), start, e.valid_to, changes, e.position,
                                       e.cause), e.position)
@@ -252,9 +254,10 @@ def _touch(p: Projection, e: Event, **values: Any) -> Key:
     key = (e.tenant_id, e.payload["item_id"])
     item = p.items.get(key)
     if item is not None:
-        update = {k: v for k, v in values.items() if v is not None}
-        item.update(update, version=item["version"] + 1, updated_position=e.position,
-                    updated_at=e.recorded_at)
+        if values:
+            item.update({k: v for k, v in values.items() if v is not None})
+        item["version"] += 1
+        item["updated_position"], item["updated_at"] = e.position, e.recorded_at
         p.dirty.add(("items", key))
     return key
 

@@ -176,8 +176,29 @@ class Names:
         return sql.SQL("{}.{}").format(sql.Identifier(self.base), sql.Identifier(POINTER_TABLE))
 
     def schema(self, version: int) -> str:
-        stem = "memledger" if self.base == "public" else self.base
-        return f"{stem}_rm_{version}"
+        return f"{self._stem}_rm_{version}"
+
+    @property
+    def projected(self) -> str:
+        """The channel on which each projector batch's commit announces the live checkpoint it
+        reached (``projected_notice``)."""
+        return f"{self._stem}_projected"
+
+    @property
+    def _stem(self) -> str:
+        return "memledger" if self.base == "public" else self.base
+
+
+def projected_notice(position: int, partition: int | None) -> str:
+    """What a projector batch announces: the live read models' checkpoint, ``position`` (the
+    whole log's), or ``"<partition> <position>"`` (one partition's)."""
+    return str(position) if partition is None else f"{partition} {position}"
+
+
+def whole_log_position(notice: str) -> int | None:
+    """The checkpoint a ``projected_notice`` of the whole log's events announces, else
+    ``None`` (one partition's, or not a notice)."""
+    return int(notice) if notice.isdigit() else None
 
 
 def create(conn: Connection[Any], names: Names, version: int, *, indexes: bool = True) -> str:

@@ -14,6 +14,7 @@ from psycopg import Connection, sql
 from psycopg.types import json
 from psycopg.types.json import Jsonb
 
+from memledger_platform import notices
 from memledger_platform.events import Event
 from memledger_platform.readmodel import schema, temporal
 from memledger_platform.readmodel.checkpoint import Checkpoint, read_checkpoint
@@ -47,10 +48,14 @@ def apply_batch(conn: Connection[Any], names: schema.Names, events: Sequence[Eve
                 stream_seq: int | None = None, partition: int | None = None) -> Checkpoint:
     """Apply ``events`` (in position order) to the live projection in one transaction; return
     the new checkpoint. ``stream_seq``: the JetStream sequence of the last event, if any;
-    ``partition``: the events are that partition's, checkpointed on its row."""
+    ``partition``: the events are that partition's, checkpointed on its row. The commit
+    notifies ``names.projected`` with the checkpoint, so a read waiting for it wakes at once."""
     with conn.transaction():
         version = schema.live_version(conn, names, lock="FOR SHARE")
-        return apply_to(conn, names.schema(version), events, stream_seq, partition)
+        checkpoint = apply_to(conn, names.schema(version), events, stream_seq, partition)
+        notices.notify(conn, names.projected, schema.projected_notice(checkpoint.position,
+                                                                      partition))
+        return checkpoint
 
 
 def write_fold(conn: Connection[Any], schema_name: str, projection: Projection) -> Checkpoint:

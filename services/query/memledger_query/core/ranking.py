@@ -16,6 +16,7 @@ retrieval benchmark, orders the results:
                       * (1 + utility_weight * (2 * utility - 1))
                       * (1 + time_weight * nearness)
                       * (1 + session_weight * session_keyword)
+                      * (1 - ask_weight * asking)
 
 ``cosine`` is the candidate's own: one found by its words alone is given its cosine with the
 query (``complete_dense``), not 0, when the query was embedded. One that has no embedding yet
@@ -29,6 +30,9 @@ none. ``session_keyword`` is, for a message, the best ``keyword`` among the cand
 same search from its session (its own included), 0 for anything else: a conversation that
 talks about the query's words lifts every turn of it that the search found, so a turn that
 answers by meaning alone ("Adoption agencies.") rises with the session that names the topic.
+``asking`` is, for a message, the share of its sentences that are questions (``asking``), 0
+for anything else: a turn that only asks shares the question's words and form, but the
+evidence is the turn that answers it.
 
 Learned utility is a Beta(1, 1) estimate of "this item helps" from the item's signals as of the
 search's basis (``feedback.recorded`` and ``memory.reaffirmed`` at or before its position):
@@ -44,6 +48,7 @@ each further signal of the same kind.
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple
@@ -96,6 +101,10 @@ class Recipe:
     session_weight: float = 0.5
     """How far a message moves up with the best keyword match of its session among the
     candidates (``session_keyword``); 0: a message ranks on its own words alone."""
+    ask_weight: float = 0.3
+    """How far a message moves down with the share of its sentences that are questions
+    (``asking``), 0..1: measured on the retrieval benchmark, where 0.2-0.5 rank the evidence
+    turns higher alike (docs/search.md); 0: a question ranks as its words do."""
     words_only: bool = True
     """Whether a candidate not yet embedded is judged and ordered by its words alone
     (relevance = fused = keyword); False: it counts cosine 0, under the threshold unless its
@@ -109,6 +118,10 @@ class Recipe:
         # as much as its last.
         "message": 365.0})
     default_half_life_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.ask_weight <= 1.0:  # above 1 a question's score turns negative
+            raise ValueError(f"ask_weight must be between 0 and 1, got {self.ask_weight}")
 
 
 @dataclass(frozen=True)
@@ -190,6 +203,10 @@ class Factors(NamedTuple):
     """The factor ``session_keyword`` makes."""
     words_only: bool = True
     """Judged and ordered by its words alone: not yet embedded (``Recipe.words_only``)."""
+    asking: float = 0.0
+    """The share of a message's sentences that are questions (``asking``)."""
+    asks: float = 1.0
+    """The factor ``asking`` makes."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +230,7 @@ class Ranked:
             "fused": round(f.fused, 6), "time_nearness": round(f.nearness, 6),
             "time_factor": round(f.timely, 6),
             "session_keyword": round(f.session_keyword, 6), "session_factor": round(f.session, 6),
+            "asking": round(f.asking, 6), "ask_factor": round(f.asks, 6),
             "words_only": int(f.words_only),
             "age_days": round(f.age_days, 3), "half_life_days": f.half_life_days,
             "decay": round(f.decay, 6), "recency_factor": round(f.recency, 6),
@@ -279,11 +297,35 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0))
     timely = 1 + recipe.time_weight * near
     session = 1 + recipe.session_weight * session_keyword
-    final = fused * recency * importance * confidence * useful * timely * session
+    share = asking(str(p.get("content") or "")) \
+        if recipe.ask_weight > 0 and p.get("kind") == MESSAGE else 0.0
+    asks = 1 - recipe.ask_weight * share
+    final = fused * recency * importance * confidence * useful * timely * session * asks
     return Ranked(c, relevance, final, Factors(
         dense, raw_keyword, keyword, age_days, half_life, decay, recency, importance,
         confidence, signals, learned, useful, fused, near, timely,
-        session_keyword=session_keyword, session=session, words_only=words_only))
+        session_keyword=session_keyword, session=session, words_only=words_only,
+        asking=share, asks=asks))
+
+
+_CLOSING = "\"')]}\u201d\u2019\u00bb"
+_SENTENCE_END = re.compile(rf"[.!?\u2026]+[{re.escape(_CLOSING)}]*(?=\s|$)")
+"""A sentence's end: end punctuation, perhaps closing a quote or bracket, then space or the
+end of the text."""
+
+
+def asking(text: str) -> float:
+    """The share of ``text``'s sentences that are questions (0..1): a sentence ends at end
+    punctuation followed by white space, and asks when that punctuation (closing quotes and
+    brackets aside) holds a question mark; text after the last end is a sentence that does not
+    ask. By punctuation alone, so in any language that marks a question with "?"; 0 at once
+    for text without one (most turns)."""
+    if "?" not in text:
+        return 0.0
+    body = text.rstrip()
+    ends = _SENTENCE_END.findall(body)
+    unended = not ends or not body.endswith(ends[-1])
+    return sum("?" in end for end in ends) / (len(ends) + unended)
 
 
 def session_keywords(candidates: Sequence[Candidate], recipe: Recipe) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Reading the live projection: pooled connections, the live schema, read-your-writes."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -9,7 +10,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from memledger_platform import partitions
+from memledger_platform import notices, partitions
 from memledger_platform.eventstore import EventStore
 from memledger_platform.eventstore.postgres import EVENTS_TABLE
 from memledger_platform.readmodel import schema
@@ -19,6 +20,8 @@ T = TypeVar("T")
 
 _SCHEMA_TTL_SECONDS = 0.5
 _WATCH_SECONDS = 0.002
+_NOTICED_WATCH_SECONDS = 0.1
+"""How often the checkpoint is read while notices are heard: only a lost one waits this long."""
 _LAG_SECONDS = 0.1
 
 
@@ -46,6 +49,9 @@ class Reader:
         self._watcher: asyncio.Task[None] | None = None
         self._lag: tuple[float, int, int] = (0.0, 0, 0)
         self._head = 0
+        self._listening = False
+        """``follow`` hears the projector's notices"""
+        self._looked_at = -float("inf")
 
     @property
     def base_schema(self) -> str:
@@ -131,8 +137,9 @@ class Reader:
 
     async def wait_for(self, position: int | None, wait_ms: int) -> None:
         """Return once the projection has reached ``position``; ``NotYetVisible`` after
-        ``wait_ms``. One watcher polls the checkpoint for all waiters (every 2 ms while any
-        wait), so waiting costs the database nothing per request."""
+        ``wait_ms``. One watcher serves all waiters: released by the projector's notices
+        while ``follow`` hears them, else polling the checkpoint every 2 ms while any wait,
+        so waiting costs the database nothing per request."""
         partition = self.partition()
         if position is None or position <= self._known.get(partition, 0):
             return
@@ -147,6 +154,36 @@ class Reader:
             future.cancel()
             raise NotYetVisible(position, self._known.get(partition, 0)) from None
 
+    async def follow(self, dsn: str, stop: asyncio.Event) -> None:
+        """Hear the projector's notices (each batch's commit announces its checkpoint) until
+        ``stop`` is set: a waiting read is then released by the notice of the batch that made
+        its position visible, not by the next poll, and the checkpoint is polled only as the
+        fallback for a lost notice."""
+        listening = asyncio.create_task(notices.listen(
+            dsn, self._names.projected, self._noticed, self._lost))
+        try:
+            await stop.wait()
+        finally:
+            listening.cancel()
+            await asyncio.gather(listening, return_exceptions=True)
+            self._lost()
+
+    def _noticed(self, notice: str | None) -> None:
+        position = None if notice is None else schema.whole_log_position(notice)
+        if notice is None:  # listening (again): what was announced meanwhile is unheard
+            self._listening, self._looked_at = True, -float("inf")
+        elif position is not None and self._names.partitions == 1:
+            self._known[None] = max(self._known.get(None, 0), position)
+            self._release()
+            return
+        if self._wake is not None:  # a partition's checkpoint: every reach is read again
+            self._wake.set()
+
+    def _lost(self) -> None:
+        self._listening = False
+        if self._wake is not None:
+            self._wake.set()
+
     def _start_watching(self) -> None:
         if self._wake is None:
             self._wake = asyncio.Event()
@@ -158,23 +195,44 @@ class Reader:
         while True:
             await wake.wait()
             wake.clear()
-            while self._waiters:
-                for partition in {waiter[0] for waiter in self._waiters}:
-                    self._known[partition] = await asyncio.to_thread(self.position, partition)
-                self._release()
-                if self._waiters:
-                    await asyncio.sleep(_WATCH_SECONDS)
+            while self._release():
+                if self._must_look():
+                    await self._look()
+                if self._release():
+                    await self._next_look(wake)
 
-    def _release(self) -> None:
+    def _must_look(self) -> bool:
+        # Heard notices of the whole log's checkpoint release the waiters themselves.
+        if not self._listening or self._names.partitions > 1:
+            return True
+        return time.monotonic() - self._looked_at >= _NOTICED_WATCH_SECONDS
+
+    async def _look(self) -> None:
+        self._looked_at = time.monotonic()
+        for partition in {waiter[0] for waiter in self._waiters}:
+            reached = await asyncio.to_thread(self.position, partition)
+            # A notice heard meanwhile may be ahead of what this read found.
+            self._known[partition] = max(self._known.get(partition, 0), reached)
+
+    async def _next_look(self, wake: asyncio.Event) -> None:
+        seconds = _NOTICED_WATCH_SECONDS if self._listening else _WATCH_SECONDS
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), seconds)
+        wake.clear()
+
+    def _release(self) -> bool:
+        """Release the waits the known positions reach, drop those that ran out; whether any
+        is left."""
         pending = []
         for partition, wanted, future in self._waiters:
             if future.done():
                 continue
-            if wanted <= self._known[partition]:
+            if wanted <= self._known.get(partition, 0):
                 future.set_result(None)
             else:
                 pending.append((partition, wanted, future))
         self._waiters = pending
+        return bool(pending)
 
     def health(self, store: EventStore) -> dict[str, Any]:
         projected, committed = self.position(), store.max_position()

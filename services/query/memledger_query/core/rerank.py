@@ -9,9 +9,9 @@ a remote call costs more than the search it would reorder (docs/search.md).
 
 ``reorder`` applies a reranker to a ranked list: the first ``depth`` hits are scored by the
 reranker, whose score takes the place of the fused relevance in each hit's score (recency,
-importance, confidence, utility, time and the session's words still count), and they are
-reordered by it; the hits below ``depth`` follow in their order. Thresholds still cut on
-relevance, before reranking.
+importance, confidence, utility, time, the session's words and a turn's asking still count),
+and they are reordered by it; the hits below ``depth`` follow in their order. Thresholds
+still cut on relevance, before reranking.
 """
 
 from abc import ABC, abstractmethod
@@ -96,5 +96,5 @@ def _rescored(hit: Ranked, rerank: float) -> Ranked:
     f = hit.factors
     if f is None:
         return replace(hit, score=rerank)
-    others = f.recency * f.importance * f.confidence * f.useful * f.timely * f.session
+    others = f.recency * f.importance * f.confidence * f.useful * f.timely * f.session * f.asks
     return replace(hit, score=rerank * others, factors=f._replace(rerank=rerank))
