@@ -3,7 +3,8 @@ position (the checkpoint polled only as the fallback), and one that runs out lea
 polling behind it."""
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -69,37 +70,21 @@ async def test_a_projector_batch_announces_the_checkpoint_it_committed(
 async def test_a_heard_notice_releases_a_wait_the_checkpoint_has_not_reached(
         engines: Endpoints, side: ReadSide) -> None:
     # The checkpoint stays at 0: only the notice can tell the watcher about position 7.
-    pool = _pool(engines)
-    stop = asyncio.Event()
-    try:
-        reader = CountingReader(pool, side.names)
-        following = asyncio.create_task(reader.follow(engines.postgres_dsn, stop))
-        await eventually(_listening(reader))
+    async with _following(engines, side) as reader:
         waiting = asyncio.create_task(reader.wait_for(7, 10_000))
         await eventually(_waits(reader))
-        with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
-            notices.notify(conn, side.names.projected, "7")
+        _notify(engines, side, "7")
         await waiting
         assert side.position() == 0
-    finally:
-        stop.set()
-        await following
-        pool.close()
 
 
 async def test_a_partitions_notice_wakes_the_watcher_to_read_but_releases_nothing_itself(
         engines: Endpoints, side: ReadSide) -> None:
-    pool = _pool(engines)
-    stop = asyncio.Event()
-    try:
-        reader = CountingReader(pool, side.names)
-        following = asyncio.create_task(reader.follow(engines.postgres_dsn, stop))
-        await eventually(_listening(reader))
+    async with _following(engines, side) as reader:
         waiting = asyncio.create_task(reader.wait_for(7, 500))
         await eventually(_waits(reader))
         polls = reader.polls
-        with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
-            notices.notify(conn, side.names.projected, schema.projected_notice(7, 0))
+        _notify(engines, side, schema.projected_notice(7, 0))
 
         async def read_again() -> None:
             assert reader.polls > polls
@@ -107,29 +92,16 @@ async def test_a_partitions_notice_wakes_the_watcher_to_read_but_releases_nothin
         await eventually(read_again)
         with pytest.raises(NotYetVisible):
             await waiting
-    finally:
-        stop.set()
-        await following
-        pool.close()
 
 
 async def test_a_wait_heard_by_notices_reads_the_checkpoint_only_as_a_fallback(
         engines: Endpoints, side: ReadSide) -> None:
-    pool = _pool(engines)
-    stop = asyncio.Event()
-    try:
-        reader = CountingReader(pool, side.names)
-        following = asyncio.create_task(reader.follow(engines.postgres_dsn, stop))
-        await eventually(_listening(reader))
+    async with _following(engines, side) as reader:
         polls = reader.polls
         with pytest.raises(NotYetVisible):
             await reader.wait_for(10**9, 300)
         # Polling every 2 ms, as without notices, would have read it ~150 times.
         assert reader.polls - polls <= 5
-    finally:
-        stop.set()
-        await following
-        pool.close()
 
 
 async def test_a_reader_that_stops_hearing_notices_polls_again(
@@ -153,6 +125,29 @@ async def test_a_reader_that_stops_hearing_notices_polls_again(
 def _pool(engines: Endpoints) -> ConnectionPool[psycopg.Connection[Any]]:
     return ConnectionPool(engines.postgres_dsn, min_size=1, max_size=2,
                           kwargs={"autocommit": True}, open=True)
+
+
+@asynccontextmanager
+async def _following(engines: Endpoints, side: ReadSide) -> AsyncIterator[CountingReader]:
+    """A reader whose watcher is listening for the projector's notices, stopped on exit."""
+    pool = _pool(engines)
+    stop = asyncio.Event()
+    try:
+        reader = CountingReader(pool, side.names)
+        following = asyncio.create_task(reader.follow(engines.postgres_dsn, stop))
+        try:
+            await eventually(_listening(reader))
+            yield reader
+        finally:
+            stop.set()
+            await following
+    finally:
+        pool.close()
+
+
+def _notify(engines: Endpoints, side: ReadSide, payload: str) -> None:
+    with psycopg.connect(engines.postgres_dsn, autocommit=True) as conn:
+        notices.notify(conn, side.names.projected, payload)
 
 
 def _listening(reader: CountingReader) -> Callable[[], Awaitable[None]]:
