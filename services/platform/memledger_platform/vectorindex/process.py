@@ -180,12 +180,14 @@ class ProcessVectorIndex(ForwardedVectorIndex):
 
 
 class _Server:
-    """Answers calls on every connection, one call at a time, until stopped."""
+    """Answers calls on every connection, each in its connection's thread, until stopped: the
+    index orders them itself, and a read need not wait for a write held up by a build's copy."""
 
     def __init__(self, index: VectorIndex, listener: socket.socket) -> None:
         self._index = index
         self._listener = listener
-        self._lock = threading.Lock()
+        self._calls = threading.Condition()
+        self._under_way = 0
         self._stopped = False
 
     def accept(self) -> None:
@@ -198,10 +200,11 @@ class _Server:
                              daemon=True).start()
 
     def stop(self) -> None:
-        """Take no more calls (the one under way ends first)."""
-        with self._lock:
+        """Take no more calls, and let those under way end first."""
+        with self._calls:
             self._stopped = True
             self._listener.close()
+            self._calls.wait_for(lambda: self._under_way == 0, timeout=60)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
@@ -215,13 +218,18 @@ class _Server:
     def _answer(self, method: str, args: tuple[Any, ...]) -> tuple[str, Any]:
         if method not in wire.CALLS:
             return "error", ValueError(f"not a vector index call: {method!r}")
-        with self._lock:
+        with self._calls:
             if self._stopped:
                 return "error", VectorProcessEnded("the vector index process is stopping")
-            try:
-                return "ok", getattr(self._index, method)(*args)
-            except Exception as error:  # the caller's error, raised in the caller
-                return "error", error
+            self._under_way += 1
+        try:
+            return "ok", getattr(self._index, method)(*args)
+        except Exception as error:  # the caller's error, raised in the caller
+            return "error", error
+        finally:
+            with self._calls:
+                self._under_way -= 1
+                self._calls.notify_all()
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
@@ -244,7 +252,7 @@ def _stop(signum: int, frame: object) -> NoReturn:
 
 def main(argv: list[str]) -> int:
     from memledger_platform import logs
-    from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+    from memledger_platform.vectorindex.aside import AsideVectorIndex
 
     path, dims, level, fmt, address = argv
     lifeline, answers = sys.stdin.buffer, sys.stdout.buffer
@@ -254,7 +262,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)  # the owner died: close the shard, then exit
     logs.configure(level, "json" if fmt == "json" else "console" if fmt == "console" else "auto")
     try:
-        index = QdrantEdgeVectorIndex(Path(path), int(dims))
+        index = AsideVectorIndex(Path(path), int(dims))
     except Exception as error:
         _answer(answers, "error", error)
         return 1
