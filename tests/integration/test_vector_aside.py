@@ -43,7 +43,8 @@ def _gated(gate: Path) -> list[str]:
 
 def _points(numbers: range, subject: str = "u8", dims: int = 8, version: int = 1,
             seed: int = 7) -> list[IndexedPoint]:
-    rng, word = random.Random(f"{seed}-{version}-{numbers.start}"), TOKEN if subject == "u7" else "kept"
+    rng = random.Random(f"{seed}-{version}-{numbers.start}")
+    word = TOKEN if subject == "u7" else "kept"
     return [IndexedPoint(str(uuid.UUID(int=n + 1)), [rng.random() for _ in range(dims)], {
         "tenant": "acme", "space": "main", "kind": "fact", "item_id": f"item-{n}",
         "subject_id": subject, "tags": [], "content": f"{subject} {word} v{version} #{n}",
