@@ -1,19 +1,18 @@
 """``VectorIndex`` on Qdrant Edge in a process of its own, serving the shard over a socket.
 
-Every Edge call holds the GIL, and ``optimize`` (an HNSW build) holds it for as long as it
-runs: 11 s for 20,000 fresh points on 2 cores. In an API process that froze every request
-meanwhile (ADR 0006). Here the shard lives in a process of its own, which its owner (the vectors
-service) starts; callers only wait on a socket (without the GIL), so a build holds up nothing
-but the calls to the index itself. Several processes reach it at once: its owner, which writes,
+Every Edge call holds the GIL. In an API process that froze every request meanwhile (ADR 0006).
+Here the shard lives in a process of its own, which its owner (the vectors service) starts;
+callers only wait on a socket (without the GIL); and the shard's HNSW graph is built aside, in
+a builder process of its own, so a build holds up not even the calls to the index
+(``aside``, ADR 0027). Several processes reach it at once: its owner, which writes,
 and any number of readers (``remote.SocketVectorIndex``: the query processes).
 
 The index process opens the shard, serves it on a Unix socket in the data directory (``wire``:
 its owner's only), then answers ``("ok", None)`` on its stdout (or ``("error", exception)``
 if the shard could not be opened). Its stdin is its owner's lifeline: the process closes the
 shard (flushing it) and exits when its stdin ends, on SIGTERM, and when its owner dies; unless
-its owner said goodbye first, it is given ``ORPHAN_GRACE_SECONDS`` for that. Calls
-are answered one at a time, whichever connection they come on (the engine runs one at a time
-anyway).
+its owner said goodbye first, it is given ``ORPHAN_GRACE_SECONDS`` for that. Each
+connection's calls are answered in its own thread; the index orders them.
 """
 
 import contextlib
