@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,12 +203,17 @@ class AsideVectorIndex(VectorIndex):
     def _built(self, build: _Build, built: Path) -> bool:
         """Copy the shard to ``built`` and have a builder optimize it: whether it did."""
         shutil.rmtree(built, ignore_errors=True)
+        with self._swap:  # most of the flush before writes are held: the one under it is short
+            self._serving.flush()
         with self._writes:
             if build.abandoned:
                 return False
             with self._swap:
                 self._serving.flush()
+            started = time.monotonic()
             shutil.copytree(self._path, built)
+            log.info("vector index %s: copied in %.2f s (writes held)", self._path,
+                     time.monotonic() - started)
             build.builder = _start_builder([*self._builder, str(built), str(self._dims)])
         code = build.builder.wait()
         if code != 0 and not build.abandoned:
@@ -230,6 +236,7 @@ class AsideVectorIndex(VectorIndex):
                         self._swap_in(built)
                         return
                 _apply(built, pending)
+                built.flush()  # while writes go on, so that the flush with them held is short
                 given += len(pending)
         finally:
             built.close()  # closing twice is harmless
@@ -238,6 +245,9 @@ class AsideVectorIndex(VectorIndex):
         """With writes held: the built copy (flushed) becomes the shard. A crash between the
         renames leaves no shard at ``path`` but both whole aside: ``recover`` takes the old."""
         old = aside(self._path, ".old")
+        with self._swap:  # reads wait from here: what closing flushes is flushed before
+            self._serving.flush()
+        started = time.monotonic()
         with self._swap:
             built.close()
             self._serving.close()
@@ -251,8 +261,9 @@ class AsideVectorIndex(VectorIndex):
                 old.rename(self._path)
                 self._serving = QdrantEdgeVectorIndex(self._path, self._dims, locked=False)
                 raise
+        log.info("vector index %s: graph built aside, swapped in in %.2f s (calls held)",
+                 self._path, time.monotonic() - started)
         shutil.rmtree(old, ignore_errors=True)
-        log.info("vector index %s: graph built aside and swapped in", self._path)
 
     def _abandon(self) -> None:
         """Stop a build under way and wait until its copy is removed."""
