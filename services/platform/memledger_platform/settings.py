@@ -146,6 +146,11 @@ class Settings(BaseSettings):
         default=0.3, ge=0, le=1, description="how far search lowers a conversation message "
         "by the share of its sentences that are questions (its score times 1 - this * share): "
         "a turn that only asks is rarely what answers; 0: off")
+    ranking_anchor_weight: float = Field(
+        default=0.6, ge=0, le=2, description="how far search lifts an event (a message, an "
+        "episode, an observation) in the window of an event-relative expression in the query "
+        "(\"before she moved\", \"after the wedding\"), resolved by one extra keyword "
+        "search for the anchor event; 0: off (no extra search)")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")
