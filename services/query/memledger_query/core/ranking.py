@@ -99,7 +99,7 @@ class Recipe:
     anchor_weight: float = 0.6
     """How far an event hit in the window of an event-relative expression ("before she
     moved") moves up; 0: such expressions are not resolved (no anchor search)."""
-    anchor_bar: float = 0.5
+    anchor_bar: float = 0.3
     """The keyword relevance (BM25 mapped to 0..1 by ``keyword_half``) the anchor event's
     best hit must reach for the expression to resolve."""
     recency_weight: float = 0.2
