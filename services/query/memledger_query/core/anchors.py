@@ -16,7 +16,7 @@ is the date parser's (``when``).
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,6 +26,7 @@ from memledger_query.core import when
 from memledger_query.core.ranking import Recipe
 
 Relation = Literal["before", "after", "around"]
+RELATIONS: tuple[Relation, ...] = ("before", "after", "around")
 
 _RELATIONS: dict[str, Relation] = {
     "before": "before", "until": "before", "till": "before", "after": "after",
@@ -74,14 +75,16 @@ class Relative:
     search: str
 
 
-def find(query: str, named: Sequence[str] = ()) -> Relative | None:
-    """The first event-relative expression of ``query`` (None: none), leaving out one whose
-    words hold a period the date parser named (``named``: their texts)."""
+def find(query: str, named: Sequence[str] = (),
+         relations: Collection[Relation] = RELATIONS) -> Relative | None:
+    """The first event-relative expression of ``query`` of one of ``relations`` (None: none),
+    leaving out one whose words hold a period the date parser named (``named``: their
+    texts)."""
     spans = list(_TOKEN.finditer(query))
     tokens = [m.group() for m in spans]
     for at, token in enumerate(tokens):
         relation = _RELATIONS.get(token.lower())
-        if relation is None or not _subordinates(tokens, at):
+        if relation is None or relation not in relations or not _subordinates(tokens, at):
             continue
         phrase = _phrase(tokens, at + 1)
         if not phrase or not _names_an_event(token.lower(), phrase):

@@ -348,9 +348,10 @@ class _Times:
 def _anchoring(semantic: Semantic, query: str, recipe: Recipe, scopes: Sequence[Scope]
                ) -> Callable[[Sequence[str]], anchors.Resolved | None]:
     """How the query's event-relative expression is resolved, if it has one (``anchors``):
-    one keyword search of the search's scopes; none when ``anchor_weight`` is 0."""
+    one keyword search of the search's scopes; none for a relation whose weight is 0."""
     def resolve(named: Sequence[str]) -> anchors.Resolved | None:
-        relative = anchors.find(query, named) if recipe.anchor_weight > 0 else None
+        relations = [r for r in anchors.RELATIONS if recipe.anchor_weight_of(r) > 0]
+        relative = anchors.find(query, named, relations) if relations else None
         if relative is None:
             return None
         return anchors.resolve(semantic.index, scopes, relative, recipe)
