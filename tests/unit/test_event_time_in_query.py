@@ -165,13 +165,38 @@ def test_an_event_in_the_window_moves_above_a_slightly_closer_one_outside() -> N
     assert [r.candidate.item_id for r in off] == ["river", "lake"]
 
 
+def test_an_expression_of_the_same_time_lifts_only_with_a_weight_of_its_own() -> None:
+    window = anchors.window(anchors.Relative("while camping", "around", "camping", ""),
+                            day(2023, 3, 1), "m-1", "camping")
+    earlier, later = candidate("lake", day(2023, 3, 1), 0.60), candidate(
+        "river", day(2023, 8, 1), 0.65)
+    default = rank([earlier, later], Recipe(), NOW, periods=(window,))
+    assert [r.candidate.item_id for r in default] == ["river", "lake"]
+    assert default[1].explain["anchor_nearness"] == 1.0
+    assert default[1].explain["anchor_factor"] == 1.0
+    lifted = rank([earlier, later], Recipe(anchor_around_weight=0.6), NOW, periods=(window,))
+    assert [r.candidate.item_id for r in lifted] == ["lake", "river"]
+
+
+def test_only_the_relations_asked_for_are_recognised() -> None:
+    query = "What did she sing while camping before the storm?"
+    first = anchors.find(query)
+    assert first is not None
+    assert first.relation == "around"
+    ordering = anchors.find(query, relations=("before", "after"))
+    assert ordering is not None
+    assert (ordering.relation, ordering.anchor) == ("before", "the storm")
+
+
 def test_the_anchor_weight_is_part_of_the_ranking_policy() -> None:
     assert policy_version(Recipe(), "m") != policy_version(Recipe(anchor_weight=0), "m")
 
 
 @pytest.mark.parametrize("value", ["-0.1", "2.5", "a lot"])
+@pytest.mark.parametrize("variable", ["MEMLEDGER_RANKING_ANCHOR_WEIGHT",
+                                      "MEMLEDGER_RANKING_ANCHOR_AROUND_WEIGHT"])
 def test_a_bad_anchor_weight_is_refused_naming_its_variable(
-        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("MEMLEDGER_RANKING_ANCHOR_WEIGHT", value)
-    with pytest.raises(SettingsError, match="MEMLEDGER_RANKING_ANCHOR_WEIGHT"):
+        monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=variable):
         load_settings()
