@@ -14,7 +14,9 @@ from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
 from memledger_platform.vectorindex.sparse import encode_document
 from memledger_query.core import anchors, when
 from memledger_query.core.ranking import Candidate, Recipe, policy_version, rank
+from memledger_query.entrypoints.grpc_convert import message as as_grpc
 from memledger_schemas.api.semantic import TimeWindow
+from memledger_schemas.grpc.v1 import query_pb2 as pb
 
 
 @pytest.mark.parametrize(("query", "relation", "anchor"), [
@@ -200,3 +202,13 @@ def test_a_bad_anchor_weight_is_refused_naming_its_variable(
     monkeypatch.setenv(variable, value)
     with pytest.raises(SettingsError, match=variable):
         load_settings()
+
+
+def test_an_open_window_and_its_anchor_cross_grpc_field_for_field() -> None:
+    relative = anchors.find("what did she paint after she moved")
+    assert relative is not None
+    listed = TimeWindow.of(anchors.window(relative, day(2023, 6, 1), "m-1", "I moved!"))
+    sent = as_grpc(listed, pb.TimeWindow())
+    assert not sent.HasField("valid_to"), "open towards the future"
+    assert sent.valid_from.ToDatetime(UTC) == datetime(2023, 6, 1, tzinfo=UTC)
+    assert (sent.relation, sent.anchor_id, sent.anchor_text) == ("after", "m-1", "I moved!")
