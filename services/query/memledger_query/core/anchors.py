@@ -3,7 +3,9 @@
 is found by searching the same scope, as of the same basis, for the event (its best hit above
 a relevance bar is the anchor), and the expression becomes a window of valid time on the
 anchor's side, which ranking favours as it does a named period (``when``): a boost, never a
-filter.
+filter. The ordering relations (before, until, after, since) lift by ``Recipe.anchor_weight``,
+those of the same time (when, while, during) by ``Recipe.anchor_around_weight``: 0 by
+default, since they often name a span ("during her journey") rather than one event's day.
 
 Recognised by grammar alone: a temporal subordinator or preposition followed by a clause (a
 subject and a verb) or a noun phrase (a determiner or possessive and a noun, a gerund, a
