@@ -3,7 +3,6 @@ documents, the annotated parameter types, the caller dependency, and waiting for
 models (read-your-writes)."""
 
 import asyncio
-import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
@@ -188,21 +187,8 @@ class TimeQuery:
         return At(self.valid_at or now, self.as_of_position, self.recorded_at)
 
 
-def on_the_loop(cls: Callable[..., T]) -> Callable[..., Coroutine[Any, Any, T]]:
-    """``cls`` (a dataclass of query parameters) as a dependency built on the event loop, with
-    the same parameters: FastAPI calls a class in its thread pool, a hop per request that
-    under load waits for a worker and the GIL (measured: most of a read's time at 500 writes/s
-    in the process that also serves ingest)."""
-    async def build(**fields: Any) -> T:
-        return cls(**fields)
-
-    build.__signature__ = inspect.signature(cls)  # type: ignore[attr-defined]
-    build.__name__ = getattr(cls, "__name__", "dependency")
-    return build
-
-
-Wait = Annotated[Visible, Depends(on_the_loop(Visible))]
-Travel = Annotated[TimeQuery, Depends(on_the_loop(TimeQuery))]
+Wait = Annotated[Visible, Depends()]
+Travel = Annotated[TimeQuery, Depends()]
 
 
 def needs(min_position: int | None, as_of_position: int | None) -> int | None:

@@ -52,7 +52,7 @@ class ListFilters:
             limit=self.limit, after=self.after and uuid_of(self.after, "query.after"))
 
 
-Filters = Annotated[ListFilters, Depends(api.on_the_loop(ListFilters))]
+Filters = Annotated[ListFilters, Depends()]
 
 
 @dataclass(frozen=True)
