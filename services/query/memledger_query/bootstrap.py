@@ -145,7 +145,10 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
                         embed_timeout=settings.query_embed_timeout_seconds, clock=clock,
-                        recipe=Recipe(ask_weight=settings.ranking_ask_weight),
+                        recipe=Recipe(ask_weight=settings.ranking_ask_weight,
+                                      anchor_weight=settings.ranking_anchor_weight,
+                                      anchor_around_weight=(
+                                          settings.ranking_anchor_around_weight)),
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
