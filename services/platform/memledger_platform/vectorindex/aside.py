@@ -107,9 +107,12 @@ class AsideVectorIndex(VectorIndex):
             self._write("delete", list(point_ids))
 
     def delete_subject(self, tenant: str, subject_id: str) -> int:
-        self._abandon()
-        with self._writes, self._swap:
-            return self._serving.delete_subject(tenant, subject_id)
+        while True:  # a build started while the last one was abandoned is abandoned too
+            self._abandon()
+            with self._writes:
+                if self._build is None:
+                    with self._swap:
+                        return self._serving.delete_subject(tenant, subject_id)
 
     def flush(self) -> None:
         with self._writes, self._swap:
