@@ -226,11 +226,12 @@ class OneCallWatched(InMemoryVectorIndex):
         super().__init__()
         self.calls: list[str] = []
 
-    def search_both(self, vector: Any, query: Any, scope: Scope, k: int) -> Any:
+    def search_both(self, vector: Any, query: Any, scope: Scope, k: int,
+                    fields: Any = None) -> Any:
         self.calls.append("+".join(name for name, asked in (("dense", vector is not None),
                                                              ("keyword", query is not None))
                                    if asked))
-        return super().search_both(vector, query, scope, k)
+        return super().search_both(vector, query, scope, k, fields)
 
 
 def embedded(done: bool) -> BoundedEmbedding:
