@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from nats.js.api import ConsumerConfig, ConsumerInfo
 
 from memledger_cli.bench import corpus, readside, settle
 from memledger_cli.bench import situatedqa as sqa
@@ -99,3 +100,14 @@ def test_rebuilt_models_are_equal_only_if_every_run_compared_equal() -> None:
     assert readside._all_equal([True, True, True]) is True
     assert readside._all_equal([True, None, True]) is None
     assert readside._all_equal([None, False, True]) is False
+
+
+@pytest.mark.parametrize(("pending", "unsettled", "paused", "behind"), [
+    (0, 0, False, False), (12, 0, False, True), (0, 3, False, True), (12, 3, True, False)])
+def test_the_enricher_is_behind_while_its_consumer_has_events_to_deliver_or_settle(
+        pending: int, unsettled: int, paused: bool, behind: bool) -> None:
+    """A paused enricher delivers nothing: an ingest phase must not wait for it."""
+    info = ConsumerInfo(name="enricher", stream_name="events", config=ConsumerConfig(),
+                        created=datetime(2026, 1, 1, tzinfo=UTC), num_pending=pending,
+                        num_ack_pending=unsettled, paused=paused)
+    assert settle.enricher_behind(info) is behind

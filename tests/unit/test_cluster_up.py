@@ -1,7 +1,13 @@
-"""``memledger cluster up``'s options: replica counts within bounds, an odd NATS cluster."""
+"""``memledger cluster up``'s options: replica counts within bounds, an odd NATS cluster; its
+services started as ``memledger up`` starts them (the enricher niced)."""
+
+import shutil
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from memledger_cli import cluster
 from memledger_cli.main import parser
 
 
@@ -29,3 +35,20 @@ def test_a_count_out_of_bounds_is_refused_naming_it(capsys: pytest.CaptureFixtur
 
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("nice") is None, reason="no nice(1) on this machine")
+def test_the_enricher_yields_the_cores_in_a_cluster_as_under_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: dict[str, list[str]] = {}
+
+    def popen(argv: list[str], **_: Any) -> None:
+        started[argv[-1]] = argv
+
+    monkeypatch.setattr("memledger_cli.cluster.subprocess.Popen", popen)
+    deployment = cluster.Cluster(tmp_path)
+    for name in ("enricher", "query-1"):
+        deployment._tend(cluster.Service(name, {}, tmp_path / f"{name}.log"))
+
+    assert started["enricher"][:3] == ["nice", "-n", "10"]
+    assert started["query"][0] != "nice"

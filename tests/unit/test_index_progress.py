@@ -122,3 +122,111 @@ async def test_a_position_already_recorded_answers_at_once_even_with_no_time_to_
     progress = IndexProgress(recorded.read)
     assert await progress.wait_for(7, 0)
     assert not await progress.wait_for(8, 0)
+
+
+# --- woken by the vector projector's notices ------------------------------------------------
+
+async def _listening(progress: IndexProgress, recorded: Recorded) -> None:
+    """``progress`` as ``WrittenNotices.follow`` leaves it once listening: the first look
+    reads what was announced before anyone listened."""
+    progress.heard(None)
+    assert await progress.reached() == recorded.position
+
+
+async def test_a_notice_wakes_a_waiting_search_without_a_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read)
+    await _listening(progress, recorded)
+    reads = recorded.reads
+    waiting = asyncio.create_task(progress.wait_for(8, 30.0))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    progress.heard(8)  # announced, though ``read`` would still say 3
+    assert await waiting
+    assert recorded.reads == reads
+    assert await progress.reached() == 8  # as fresh as a read: named without a look
+
+
+async def test_a_lost_notice_is_covered_by_the_slow_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 0.01)
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read)
+    await _listening(progress, recorded)
+    waiting = asyncio.create_task(progress.wait_for(8, 30.0))
+    recorded.position = 8  # recorded, its notice never heard
+    assert await waiting
+
+
+async def test_while_notices_are_heard_a_waiting_search_reads_only_at_the_slow_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read)
+    await _listening(progress, recorded)
+    reads = recorded.reads
+    # Polling every POLL_SECONDS, as without notices, would read it ~20 times.
+    assert not await progress.wait_for(8, 0.1)
+    assert recorded.reads == reads
+
+
+async def test_a_search_that_stops_hearing_notices_polls_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read)
+    await _listening(progress, recorded)
+    waiting = asyncio.create_task(progress.wait_for(8, 30.0))
+    await asyncio.sleep(0)
+    progress.lost()  # wakes it: it polls every POLL_SECONDS from now on
+    reads = recorded.reads
+    await eventually(lambda: _polled(recorded, reads + 3), interval=0.001)
+    recorded.position = 8
+    assert await waiting
+
+
+async def test_a_timed_out_wait_is_dropped_and_later_notices_read_nothing_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read, exact=False)  # each notice makes a waiter read
+    await _listening(progress, recorded)
+    assert not await progress.wait_for(10**9, 0.02)
+    reads = recorded.reads
+    progress.heard(5)
+    await asyncio.sleep(0.05)  # a window to show an absence: a waiter left behind would read
+    assert recorded.reads == reads
+
+
+async def test_a_partitions_notice_wakes_the_waiters_to_read_its_reach() -> None:
+    """A partition's recorded position runs on through the log past what it wrote, so its
+    notice is a lower bound: the waiter reads the reach at once."""
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read, exact=False)
+    await _listening(progress, recorded)
+    waiting = asyncio.create_task(progress.wait_for(9, 30.0))
+    await asyncio.sleep(0)
+    reads = recorded.reads
+    recorded.position = 9  # written through 6, and the partition has nothing after it to 9
+    progress.heard(6)
+    assert await waiting
+    assert recorded.reads > reads
+
+
+async def test_notices_reach_the_progress_of_their_durable_only() -> None:
+    mine, other = Recorded(0), Recorded(0)
+    progress = {"vectors-a": IndexProgress(mine.read), "vectors-b": IndexProgress(other.read)}
+    heard = index_progress.WrittenNotices(progress)
+    heard.noticed(None)
+    heard.noticed(written_notice_of("vectors-a", 12))
+    heard.noticed("not a notice")  # anyone may send on the channel: ignored
+    heard.noticed(written_notice_of("vectors-of-another-model", 40))
+    assert await progress["vectors-a"].wait_for(12, 0)
+    assert not await progress["vectors-b"].wait_for(1, 0)
+
+
+def written_notice_of(durable: str, position: int) -> str:
+    """What ``ConsumerPositions.record_written`` announces."""
+    return f"{durable} {position}"

@@ -1,6 +1,10 @@
-"""The projector's notices: what a batch announces, and channels PostgreSQL accepts."""
+"""The projector's notices: what a batch announces, and channels PostgreSQL accepts; the vector
+projector's notices of the position it has written."""
+
+import pytest
 
 from memledger_platform import notices
+from memledger_platform.consumer_positions import written_notice
 from memledger_platform.readmodel import schema
 
 
@@ -23,3 +27,15 @@ def test_a_channel_name_too_long_for_postgresql_becomes_a_digest_of_it() -> None
     assert notices.channel("memledger_projected") == "memledger_projected"
     assert len(notices.channel(long_a).encode()) <= 63
     assert notices.channel(long_a) != notices.channel(long_b)
+
+
+def test_a_written_position_notice_reads_back_as_its_durable_and_position() -> None:
+    assert written_notice("vectors-bge-small-p1 1234") == ("vectors-bge-small-p1", 1234)
+    for other in ("1234", "vectors ", " 12", "vectors twelve"):
+        with pytest.raises(ValueError, match="not a written-position notice"):
+            written_notice(other)
+
+
+def test_the_written_positions_have_a_channel_of_their_own() -> None:
+    assert schema.Names("public").written not in (schema.Names("public").projected,
+                                                  schema.Names("tenant_a").written)

@@ -95,7 +95,8 @@ def test_explain_names_every_factor_of_the_score_rounded() -> None:
                             content_at=NOW - 180 * DAY), RECIPE, NOW, Signals(used=1))
     assert found.explain == {
         "dense": 0.8, "keyword_bm25": 4.0, "keyword": 0.5, "relevance": 0.71, "fused": 0.59,
-        "time_nearness": 0.0, "time_factor": 1.0, "session_keyword": 0.0, "session_factor": 1.0,
+        "time_nearness": 0.0, "time_factor": 1.0, "anchor_nearness": 0.0, "anchor_factor": 1.0,
+        "session_keyword": 0.0, "session_factor": 1.0,
         "asking": 0.0, "ask_factor": 1.0,
         "words_only": 0, "age_days": 180.0, "half_life_days": 180.0,
         "decay": 0.5, "recency_factor": 0.9,

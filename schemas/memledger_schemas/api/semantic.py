@@ -1,6 +1,7 @@
 """Requests and answers of search and context (validated at the HTTP boundary; a bad field
 is a 422 naming it)."""
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Literal, Protocol
 from uuid import UUID
@@ -161,7 +162,8 @@ class SearchHit(Frozen):
 
 
 class NamedPeriod(Protocol):
-    """A period resolved from the query's words (query's ``when.Period``), in epoch seconds."""
+    """A period resolved from the query's words (query's ``when.Period``), in epoch seconds
+    (infinite: open on that side), with the anchor event of one resolved from an event."""
 
     @property
     def text(self) -> str: ...
@@ -169,20 +171,42 @@ class NamedPeriod(Protocol):
     def start(self) -> float: ...
     @property
     def end(self) -> float: ...
+    @property
+    def anchor_id(self) -> str | None: ...
+    @property
+    def anchor_text(self) -> str | None: ...
+    @property
+    def relation(self) -> str | None: ...
 
 
 class TimeWindow(Frozen):
-    """A period the query names ("in May 2023"), resolved at the basis' valid time: hits
-    whose valid time meets it rank higher (``explain``: ``time_nearness``)."""
+    """A period the query names ("in May 2023"), resolved at the basis' valid time, or the
+    window an event-relative expression ("before she moved") resolved to through its anchor
+    event, found by searching the same scope as of the same basis: hits whose valid time meets
+    it rank higher (``explain``: ``time_nearness``, ``anchor_nearness``)."""
 
     text: str
-    valid_from: datetime
-    valid_to: datetime
+    valid_from: datetime | None
+    """None: open towards the past ("before ...")."""
+    valid_to: datetime | None
+    """None: open towards the future ("after ...", "since ...")."""
+    relation: Literal["before", "after", "around"] | None = None
+    """Of an event-relative expression: which side of the anchor the window lies on."""
+    anchor_id: str | None = None
+    """Of an event-relative expression: the item or message id of its anchor event."""
+    anchor_text: str | None = None
+    """Of an event-relative expression: what the anchor event's hit says."""
 
     @classmethod
     def of(cls, window: NamedPeriod) -> "TimeWindow":
-        return cls(text=window.text, valid_from=datetime.fromtimestamp(window.start, UTC),
-                   valid_to=datetime.fromtimestamp(window.end, UTC))
+        return cls(text=window.text, valid_from=_instant(window.start),
+                   valid_to=_instant(window.end),
+                   relation=window.relation,
+                   anchor_id=window.anchor_id, anchor_text=window.anchor_text)
+
+
+def _instant(epoch: float) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if math.isfinite(epoch) else None
 
 
 class SearchAnswer(Frozen):

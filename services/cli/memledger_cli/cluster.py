@@ -31,6 +31,7 @@ from typing import Literal, TypeVar
 import httpx
 import psutil
 
+from memledger_cli.embedded import child_argv
 from memledger_platform.crypto import digest_secret, keyed_digest
 from memledger_platform.engines import (
     EmbeddedNats,
@@ -316,7 +317,7 @@ class Cluster:
             return
         with service.log.open("ab") as log, self._lock:
             service.proc = subprocess.Popen(
-                [sys.executable, "-m", "memledger_cli", command(service.name)], env=service.env,
+                child_argv(command(service.name)), env=service.env,
                 stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=parent_death_preexec(signal.SIGTERM))  # noqa: PLW1509
         service.died_at = None

@@ -5,8 +5,10 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -58,6 +60,14 @@ class Engines:
     def endpoints(self, nats_user: str) -> Endpoints:
         """PostgreSQL, and NATS as ``nats_user``."""
         return Endpoints(self.postgres_dsn, self.nats_url(nats_user))
+
+
+def child_argv(command: str) -> list[str]:
+    """How ``memledger up`` and ``memledger cluster up`` start a service's process."""
+    argv = [sys.executable, "-m", "memledger_cli", command]
+    # Embedding is the heaviest work and the least urgent: on a small machine it must yield
+    # the cores to writes and projections (searchable later, never a write held up).
+    return ["nice", "-n", "10", *argv] if command == "enricher" and shutil.which("nice") else argv
 
 
 @contextmanager

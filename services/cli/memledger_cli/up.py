@@ -7,13 +7,12 @@ enricher and the lifecycle scheduler as child processes of their own."""
 
 import asyncio
 import os
-import shutil
 import sys
 import time
 
 from pydantic import SecretStr
 
-from memledger_cli.embedded import Engines, engines, supervise
+from memledger_cli.embedded import Engines, child_argv, engines, supervise
 from memledger_cli.status import redact
 from memledger_platform import telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
@@ -60,7 +59,7 @@ def up(settings: Settings) -> None:
             # socket (ADR 0006). Each service connects to NATS as its own user.
             children_stop = asyncio.Event()
             children = [asyncio.create_task(supervise(
-                label, _child_argv(name), {**_child_env(started.endpoints(name), settings),
+                label, child_argv(name), {**_child_env(started.endpoints(name), settings),
                                            **extra}, children_stop))
                 for name in CHILDREN for label, extra in _instances(name, settings)]
             query = await asyncio.to_thread(build_query, settings, started.postgres_dsn)
@@ -111,13 +110,6 @@ def _instances(name: str, settings: Settings) -> list[tuple[str, dict[str, str]]
         return [(name, {})]
     return [(f"{name} p{i}", {"MEMLEDGER_EVENT_PARTITION": str(i)})
             for i in range(settings.event_partitions)]
-
-
-def _child_argv(command: str) -> list[str]:
-    argv = [sys.executable, "-m", "memledger_cli", command]
-    # Embedding is the heaviest work and the least urgent: on a small machine it must yield
-    # the cores to writes and projections (searchable later, never a write held up).
-    return ["nice", "-n", "10", *argv] if command == "enricher" and shutil.which("nice") else argv
 
 
 def _child_env(endpoints: Endpoints, settings: Settings) -> dict[str, str]:

@@ -4,7 +4,9 @@ letting JetStream redeliver what a killed process held only after the messages t
 
 Beside it, the log position the consumer has *written* up to (ahead of the durable one, which
 waits for a flush): what the read model's readers name as their basis and wait on for
-``min_position``. Every reader sees the same one, whichever process it runs in.
+``min_position``. Every reader sees the same one, whichever process it runs in; its commit
+announces it on ``Names.written`` (``"<durable> <position>"``), so a reader waiting for it
+wakes at once rather than at its next poll.
 """
 
 from typing import Any
@@ -12,7 +14,9 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from memledger_platform import notices
 from memledger_platform.pg_locks import creating, exclusively
+from memledger_platform.readmodel.schema import Names
 
 _TABLE = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -27,6 +31,7 @@ class ConsumerPositions:
     def __init__(self, pool: ConnectionPool[Any], schema: str = "public") -> None:
         self._pool = pool
         self._s = sql.Identifier(schema)
+        self._channel = notices.channel(Names(schema).written)
         # services starting together create these at once: one at a time (autocommit pool)
         with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLE).format(s=self._s))
@@ -63,14 +68,18 @@ class ConsumerPositions:
         return 0 if row is None else int(row[0])
 
     def record_written(self, durable: str, position: int) -> None:
-        """Record that every event up to ``position`` is written; a lower position than the
-        one recorded changes nothing (a restart derives again what it had written)."""
+        """Record that every event up to ``position`` is written, and announce the position
+        recorded in the same statement (so at its commit); a lower position than the one
+        recorded changes nothing (a restart derives again what it had written)."""
         with self._pool.connection() as conn:
             conn.execute(sql.SQL(
-                "INSERT INTO {s}.memledger_consumer_positions (durable, stream_seq, "
+                "WITH w AS (INSERT INTO {s}.memledger_consumer_positions (durable, stream_seq, "
                 "written_position) VALUES (%s, 0, %s) ON CONFLICT (durable) DO UPDATE SET "
                 "written_position = greatest({s}.memledger_consumer_positions.written_position,"
-                " excluded.written_position)").format(s=self._s), (durable, position))
+                " excluded.written_position) RETURNING written_position) "
+                "SELECT pg_notify(%s, %s::text || ' ' || written_position) FROM w"
+            ).format(s=self._s),
+                (durable, position, self._channel, durable))
 
     def restart_written(self, durable: str) -> None:
         """The read model starts again from nothing (its index was new or removed)."""
@@ -89,3 +98,12 @@ class ConsumerPositions:
                                        "durable = %s").format(sql.Identifier(column), self._s),
                                (durable,)).fetchone()
         return 0 if row is None else int(row[0])
+
+
+def written_notice(notice: str) -> tuple[str, int]:
+    """(durable, position) of a notice ``record_written`` sent; ``ValueError`` if it is not
+    one."""
+    durable, _, position = notice.rpartition(" ")
+    if not durable or not position.isdigit():
+        raise ValueError(f"not a written-position notice: {notice!r}")
+    return durable, int(position)

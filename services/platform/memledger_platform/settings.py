@@ -146,6 +146,16 @@ class Settings(BaseSettings):
         default=0.3, ge=0, le=1, description="how far search lowers a conversation message "
         "by the share of its sentences that are questions (its score times 1 - this * share): "
         "a turn that only asks is rarely what answers; 0: off")
+    ranking_anchor_weight: float = Field(
+        default=0.6, ge=0, le=2, description="how far search lifts an event (a message, an "
+        "episode, an observation) in the window of an event-relative expression in the query "
+        "that orders (\"before she moved\", \"after the wedding\", \"since I started\"), "
+        "resolved by one extra keyword search for the anchor event; 0: off (no extra search)")
+    ranking_anchor_around_weight: float = Field(
+        default=0.0, ge=0, le=2, description="the same for an expression of the same time "
+        "(\"when she moved\", \"while camping\", \"during the workshop\"): the day either "
+        "side of the anchor event; 0 (off) by default: on the retrieval benchmark such "
+        "expressions more often name a span than one event's day, and the lift lost")
     model_cache_dir: Path | None = Field(
         default=None, description="where the local model's int8 form is kept once built "
         "(unset: $XDG_CACHE_HOME/memledger/models, else ~/.cache/memledger/models)")

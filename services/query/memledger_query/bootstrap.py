@@ -38,7 +38,12 @@ from memledger_platform.settings import Settings
 from memledger_platform.vectorindex.factory import connect_index, projector_durable
 from memledger_platform.vectorindex.port import VectorIndex
 from memledger_query.core import rerank, when
-from memledger_query.core.index_progress import IndexProgress, PartitionProgress, Progress
+from memledger_query.core.index_progress import (
+    IndexProgress,
+    PartitionProgress,
+    Progress,
+    WrittenNotices,
+)
 from memledger_query.core.ranking import Recipe
 from memledger_query.core.reader import Reader
 from memledger_query.core.recorder import IntakeRecorder
@@ -70,8 +75,9 @@ class QueryService:
     recorder: IntakeRecorder | None = None
     """Records audited retrievals over the NATS connection ``record_retrievals`` opens."""
     follow: Callable[[asyncio.Event], Awaitable[None]] | None = None
-    """Hears the projector's notices until its event is set (run beside the service): a read
-    waiting for ``min_position`` is released by the commit that reaches it."""
+    """Hears the projector's notices (and the vector projector's, unless ``build`` was given its
+    ``progress``) until its event is set (run beside the service): a read waiting for
+    ``min_position`` is released by the commit that reaches it."""
 
     async def follow_projection(self, stop: asyncio.Event) -> None:
         if self.follow is not None:
@@ -127,7 +133,9 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
                                partitions=settings.event_partitions)
     embedder = embedder or embedders.from_settings(settings)
     index = index or connect_index(settings, embedder.model_id, embedder.dims)
-    progress = progress or _index_progress(pool, names, embedder.model_id)
+    written: WrittenNotices | None = None
+    if progress is None:
+        progress, written = _index_progress(pool, names, embedder.model_id)
     keyring, keyring_pool = keyring_for(settings, dsn)
     reader = Reader(pool, names)
     gate = open_gate(settings, dsn)
@@ -137,7 +145,10 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reranker = rerank.from_settings(settings)
     semantic = Semantic(index, embedder, progress, reader, recorder=recorder,
                         embed_timeout=settings.query_embed_timeout_seconds, clock=clock,
-                        recipe=Recipe(ask_weight=settings.ranking_ask_weight),
+                        recipe=Recipe(ask_weight=settings.ranking_ask_weight,
+                                      anchor_weight=settings.ranking_anchor_weight,
+                                      anchor_around_weight=(
+                                          settings.ranking_anchor_around_weight)),
                         rerank=None if reranker is None else Rerank(reranker,
                                                                     settings.rerank_depth))
     when.warm()  # the date parser's language data, now rather than in a first search
@@ -145,7 +156,16 @@ def build(settings: Settings, dsn: str, *, embedder: Embedder | None = None,
     reads = grpc_server.principal_resolver(gate.gate, "read")
     return QueryService(app, pool, store, index, gate,
                         grpc_api.registrar(reader, store, semantic, reads), keyring_pool,
-                        recorder, partial(reader.follow, dsn))
+                        recorder, partial(_follow, reader, written, dsn, names))
+
+
+async def _follow(reader: Reader, written: WrittenNotices | None, dsn: str, names: schema.Names,
+                  stop: asyncio.Event) -> None:
+    """The projector's notices for reads, the vector projector's for searches."""
+    following = [reader.follow(dsn, stop)]
+    if written is not None:
+        following.append(written.follow(dsn, names.written, stop))
+    await asyncio.gather(*following)
 
 
 def add_semantic_routes(app: FastAPI, reader: Reader, semantic: Semantic) -> None:
@@ -168,16 +188,20 @@ def unconnected_app() -> FastAPI:
 
 
 def _index_progress(pool: ConnectionPool[Any], names: schema.Names, model_id: str
-                    ) -> Progress:
+                    ) -> tuple[Progress, WrittenNotices]:
     """The position the vector projector of ``model_id`` records as written (of the
-    request's tenant's partition, if the events are partitioned)."""
+    request's tenant's partition, if the events are partitioned), and what hears its
+    notices."""
     positions = ConsumerPositions(pool, names.base)
     if names.partitions == 1:
         durable = projector_durable(model_id)
-        return IndexProgress(lambda: positions.written(durable))
-    return PartitionProgress([IndexProgress(partial(
-        positions.written_through, projector_durable(model_id, i), i, EVENTS_TABLE))
-        for i in range(names.partitions)])
+        progress = IndexProgress(lambda: positions.written(durable))
+        return progress, WrittenNotices({durable: progress})
+    # a partition's reach runs on through the log past what it has written: read, not heard
+    each = {projector_durable(model_id, i): IndexProgress(partial(
+        positions.written_through, projector_durable(model_id, i), i, EVENTS_TABLE),
+        exact=False) for i in range(names.partitions)}
+    return PartitionProgress(list(each.values())), WrittenNotices(each)
 
 
 async def serve(settings: Settings, dsn: str, nats_url: str, stop: asyncio.Event,

@@ -43,6 +43,9 @@ class Asked:
     ranking: list[str]
     """Turn ids, best first."""
     ms: float
+    anchored: bool = False
+    """Whether the question's event-relative expression ("before she moved") resolved to a
+    window through its anchor event (the answer's ``time_windows``)."""
 
 
 def document(turn: Turn) -> str:
@@ -141,19 +144,29 @@ async def ask_all(http: aiohttp.ClientSession, loaded: Sequence[Loaded],
 
 async def ask(http: aiohttp.ClientSession, loaded: Loaded, question: Question,
               extra: dict[str, Any]) -> Asked:
-    hits, ms = await search(http, loaded, question, extra)
-    ranking = [loaded.turn_of[h] for h in map(hit_id, hits) if h in loaded.turn_of]
-    return Asked(question, ranking, ms)
+    answer, ms = await answered(http, loaded, question, extra)
+    ranking = [loaded.turn_of[h] for h in map(hit_id, answer["results"]) if h in loaded.turn_of]
+    anchored = any(w.get("anchor_id") for w in answer.get("time_windows") or ())
+    return Asked(question, ranking, ms, anchored)
 
 
 async def search(http: aiohttp.ClientSession, loaded: Loaded, question: Question,
                  extra: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     """The hits of ``question`` asked of its conversation's space, and how long it took (ms)."""
+    answer, ms = await answered(http, loaded, question, extra)
+    hits: list[dict[str, Any]] = answer["results"]
+    return hits, ms
+
+
+async def answered(http: aiohttp.ClientSession, loaded: Loaded, question: Question,
+                   extra: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """The answer to ``question`` asked of its conversation's space, and how long it took
+    (ms)."""
     body = {"query": question.question, "spaces": [loaded.space], "k": K, "threshold": 0,
             "valid_at": loaded.conversation.asked_at.isoformat(), **extra}
     started = time.perf_counter()
-    answer = await post(http, "/v1/search", body)
-    return answer["results"], (time.perf_counter() - started) * 1000
+    answer: dict[str, Any] = await post(http, "/v1/search", body)
+    return answer, (time.perf_counter() - started) * 1000
 
 
 def hit_id(hit: dict[str, Any]) -> str:

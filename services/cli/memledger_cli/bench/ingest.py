@@ -6,11 +6,15 @@ running (embedding what is written, on the same cores: the headline figures) and
 paused (``enricher_paused``); then NATS intake, and beside them the raw engines: async
 JetStream publishes of the same payload size, and batched PostgreSQL inserts of the same rows
 from as many clients and for as long as the batch phase. For each write phase, the CPU each of
-the server's processes used from the phase's start until the read models had everything
-committed and commits had stopped (the enricher's embeddings of the phase included), per fact
-acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``), and
-how many events were committed meanwhile per fact (``events_per_fact_…``: above 1 while the
-enricher records embeddings).
+the server's processes used from the phase's start until its backlog was worked off, per
+fact acknowledged (``cpu_ms_per_fact_batch``, ``cpu_ms_per_fact_single``), and how many events
+were committed meanwhile per fact (``events_per_fact_…``: above 1 while the enricher records
+embeddings).
+
+A phase's backlog (the relay, the read models, the enricher's embeddings and their commits,
+the vector index's writes and graph building) is worked off before the next phase starts, and
+how long that took after its last acknowledgement is reported (``backlog_s_after_…``): one
+phase's work is never charged to, nor competes with, the next one's window.
 """
 
 import argparse
@@ -37,7 +41,7 @@ from memledger_cli.bench.common import (
     wait_relayed,
 )
 from memledger_cli.bench.ingest_raw import SPACE, fact, raw_jetstream, raw_postgres
-from memledger_cli.bench.settle import pause_enricher, wait_quiet
+from memledger_cli.bench.settle import pause_enricher, wait_enriched, wait_quiet
 from memledger_schemas.subjects import HDR_REPLY_TO, Subjects
 
 
@@ -56,6 +60,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         async with aiohttp.ClientSession(server.url) as http:
             steps.step("creating the bench space")
             await _post(http, "/v1/spaces", {"space_id": SPACE})
+            await wait_quiet(limit=600)  # start-up (the enricher loading its model) is no phase's
             running = await _write_phases(http, server, args, steps, "enricher running")
             steps.step("pausing the enricher; waiting for the server to go quiet")
             await pause_enricher(server.nats_url)
@@ -96,6 +101,8 @@ async def _write_phases(http: aiohttp.ClientSession, server: Server, args: argpa
         "ack_p99_ms": round(percentile(latencies, 99), 2),
         "relay_catchup_s_after_batch": round(batch_cost.catchup, 2),
         "relay_catchup_s_after_single": round(single_cost.catchup, 2),
+        "backlog_s_after_batch": round(batch_cost.backlog, 2),
+        "backlog_s_after_single": round(single_cost.backlog, 2),
         "events_per_fact_batch": round(batch_cost.events / max(batched, 1), 3),
         "events_per_fact_single": round(single_cost.events / max(single, 1), 3),
         "cpu_ms_per_fact_batch": cpu.per_fact_ms(batch_cost.seconds, batched),
@@ -108,8 +115,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Cost:
-    """What a phase cost, from its start until the read models had everything and commits
-    had stopped (the enricher's embeddings are commits)."""
+    """What a phase cost, from its start until its backlog was worked off."""
 
     seconds: dict[str, float]
     """CPU seconds by role."""
@@ -117,6 +123,10 @@ class _Cost:
     """Events committed meanwhile: the phase's, and those others wrote (the enricher's)."""
     catchup: float
     """Seconds from the phase's end until the relay had published everything."""
+    backlog: float
+    """Seconds from the phase's end until everything it caused was done: the read models had
+    everything, the enricher nothing left to embed, and the server was quiet (the vector
+    index's writes and graph building done)."""
 
 
 async def _costed(http: aiohttp.ClientSession, server: Server,
@@ -124,10 +134,22 @@ async def _costed(http: aiohttp.ClientSession, server: Server,
     """The phase's outcome, and what it cost."""
     before, start = cpu.snapshot(server.pid), await _position(http)
     outcome = await phase()
+    ended = time.monotonic()
     catchup = await asyncio.to_thread(wait_relayed, server.url)
-    await asyncio.to_thread(wait_projected, server.url, 600.0)
+    await _worked_off(server)
+    backlog = time.monotonic() - ended
     seconds = cpu.used(before, cpu.snapshot(server.pid))
-    return outcome, _Cost(seconds, await _position(http) - start, catchup)
+    return outcome, _Cost(seconds, await _position(http) - start, catchup, backlog)
+
+
+async def _worked_off(server: Server) -> None:
+    """Until what the phase caused is done: its events projected, the enricher's embeddings
+    of them committed and projected, and the server quiet (the vector index's writes and any
+    graph building, which follow the embeddings, done)."""
+    await asyncio.to_thread(wait_projected, server.url, 600.0)
+    await wait_enriched(server.nats_url)
+    await asyncio.to_thread(wait_projected, server.url, 600.0)
+    await wait_quiet(limit=600)
 
 
 async def _position(http: aiohttp.ClientSession) -> int:

@@ -61,7 +61,11 @@ async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
             steps.step(f"warm-up: {args.rate:g} writes/s for {args.warmup:g}s")
             await _steady(http, args.rate, args.warmup, args.sample_every)
             steps.step(f"{args.rate:g} writes/s for {args.seconds:g}s, read back sampled")
+            before = processes.snapshot(server.pid)
             visible, acks = await _steady(http, args.rate, args.seconds, args.sample_every)
+            # the window's CPU, less moved by the machine's load than latency: the writes,
+            # the sampled reads' waits, and what the services did meanwhile
+            spent = processes.used(before, processes.snapshot(server.pid))
         steps.step("raw JetStream publish -> consume")
         raw = await _raw_jetstream_latency(server.nats_url, int(args.rate * 2))
         steps.step(f"write -> found by search at {args.search_rate:g} writes/s (local model)")
@@ -70,6 +74,7 @@ async def _measure_e2e(args: argparse.Namespace) -> dict[str, Any]:
             "read_back": len(visible),
             "visible_p50_ms": _ms(visible)["p50"], "visible_p99_ms": _ms(visible)["p99"],
             "ack_p50_ms": _ms(acks)["p50"], "ack_p99_ms": _ms(acks)["p99"],
+            "cpu_ms_per_write": processes.per_fact_ms(spent, len(acks)),
             "raw_jetstream_p50_ms": _ms(raw)["p50"], "raw_jetstream_p99_ms": _ms(raw)["p99"],
             **found, "cpus": os.cpu_count()}
 

@@ -106,7 +106,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "conversations": len(talks), "sessions": sum(len(t.sessions) for t in talks),
             "turns": sum(len(t.turns) for t in talks), "questions": len(asked),
             "k": conversations.K, "model": "local (all-MiniLM-L6-v2)",
-            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked), **forming,
+            **_scored(talks, asked), **_parts(talks, parts), **_latency(asked),
+            **_anchored(talks, asked), **forming,
             **timeline,
             "cpus": os.cpu_count()}
 
@@ -153,6 +154,18 @@ def _baselines(talks: list[locomo.Conversation]) -> dict[str, list[list[str]]]:
         for name, lists in ranked.items():
             found.setdefault(name, []).extend(lists)
     return found
+
+
+def _anchored(talks: list[locomo.Conversation], asked: list[conversations.Asked]
+              ) -> dict[str, int]:
+    """How many questions an event-relative expression ("after the accident") lifted hits
+    for, through its anchor event: overall (``anchored_questions``) and per category."""
+    categories = [locomo.CATEGORIES[q.category] for t in talks for q in t.questions]
+    out = {"anchored_questions": sum(a.anchored for a in asked)}
+    for category in sorted(set(categories)):
+        out[f"{category}_anchored_questions"] = sum(
+            a.anchored for a, c in zip(asked, categories, strict=True) if c == category)
+    return out
 
 
 def _latency(asked: list[conversations.Asked]) -> dict[str, float]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import aiohttp
 import nats
+from nats.js.api import ConsumerInfo
+from nats.js.manager import JetStreamManager
 
 from memledger_enricher.service import DURABLE as ENRICHER
 from memledger_schemas.subjects import Subjects
@@ -78,22 +80,51 @@ async def pause_enricher(nats_url: str, seconds: float = 24 * 3600,
                          limit: float = 60.0) -> str:
     """Pause the enricher's JetStream consumer (it delivers nothing until resumed or
     ``seconds`` pass), once the enricher has created it; its name."""
-    stream = Subjects().events_stream
     nc = await nats.connect(nats_url)
     try:
         js = nc.jsm()
+        name = await _enricher(js, limit)
         until = (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            # Named "enricher" or "enricher-<model>", depending on the version.
-            names = [c.name for c in await js.consumers_info(stream)
-                     if c.name == ENRICHER or c.name.startswith(f"{ENRICHER}-")]
-            if names:
-                await js.pause_consumer(stream, names[0], until)
-                return names[0]
+        await js.pause_consumer(Subjects().events_stream, name, until)
+        return name
+    finally:
+        await nc.close()
+
+
+async def wait_enriched(nats_url: str, limit: float = 900.0) -> float:
+    """Seconds until the enricher has worked off what was written: its consumer has nothing
+    left to deliver or to settle (at once while it is paused)."""
+    start = time.monotonic()
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jsm()
+        name = await _enricher(js, limit)
+        while time.monotonic() - start < limit:
+            if not enricher_behind(await js.consumer_info(Subjects().events_stream, name)):
+                return time.monotonic() - start
             await asyncio.sleep(0.2)
     finally:
         await nc.close()
+    raise RuntimeError(f"the enricher was still behind after {limit:.0f}s")
+
+
+def enricher_behind(info: ConsumerInfo) -> bool:
+    """Whether the enricher's consumer still has events to deliver or settle (never while
+    paused: it delivers nothing then)."""
+    return not info.paused and bool(info.num_pending or info.num_ack_pending)
+
+
+async def _enricher(js: JetStreamManager, limit: float) -> str:
+    """The enricher's consumer's name, once the enricher has created it."""
+    stream = Subjects().events_stream
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        # Named "enricher" or "enricher-<model>", depending on the version.
+        names = [c.name for c in await js.consumers_info(stream)
+                 if c.name == ENRICHER or c.name.startswith(f"{ENRICHER}-")]
+        if names:
+            return names[0]
+        await asyncio.sleep(0.2)
     raise RuntimeError(f"the enricher created no consumer in {limit:.0f}s")
 
 

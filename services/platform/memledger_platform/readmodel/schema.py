@@ -185,6 +185,12 @@ class Names:
         return f"{self._stem}_projected"
 
     @property
+    def written(self) -> str:
+        """The channel on which a consumer's record of the position it has written up to (the
+        vector index's) announces it (``ConsumerPositions.record_written``)."""
+        return f"{self._stem}_written"
+
+    @property
     def _stem(self) -> str:
         return "memledger" if self.base == "public" else self.base
 

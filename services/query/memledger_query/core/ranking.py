@@ -15,6 +15,7 @@ retrieval benchmark, orders the results:
                       * (1 - confidence_weight * (1 - confidence))
                       * (1 + utility_weight * (2 * utility - 1))
                       * (1 + time_weight * nearness)
+                      * (1 + anchor_weight * anchor_nearness)
                       * (1 + session_weight * session_keyword)
                       * (1 - ask_weight * asking)
 
@@ -26,7 +27,9 @@ without the query's embedding judges every candidate (``words_only``):
     relevance = fused = keyword
 ``nearness`` (``when``) is how near an event hit (a message, an episode, an observation) was
 said or happened to the periods the query names ("in May 2023", "last week"), 0 when it names
-none. ``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
+none. ``anchor_nearness`` is the same for the window an event-relative expression resolved
+to ("before she moved": up to the anchor event's time, ``anchors``), 0 without one.
+``session_keyword`` is, for a message, the best ``keyword`` among the candidates of the
 same search from its session (its own included), 0 for anything else: a conversation that
 talks about the query's words lifts every turn of it that the search found, so a turn that
 answers by meaning alone ("Adoption agencies.") rises with the session that names the topic.
@@ -93,6 +96,17 @@ class Recipe:
     """The BM25 score that counts as half relevant (BM25 is unbounded; this maps it to 0..1)."""
     time_weight: float = 0.6
     """How far a hit whose valid time meets a period named in the query moves up."""
+    anchor_weight: float = 0.6
+    """How far an event hit in the window of an event-relative expression that orders
+    ("before she moved", "after the wedding", "since", "until") moves up; 0: those are not
+    resolved (no anchor search)."""
+    anchor_around_weight: float = 0.0
+    """The same for one of simultaneity ("when she moved", "while camping", "during the
+    workshop"): 0 by default, since on the retrieval benchmark these name a span (a habit, a
+    journey) more often than the day of one event, and lifting that day lost (docs/search.md)."""
+    anchor_bar: float = 0.3
+    """The keyword relevance (BM25 mapped to 0..1 by ``keyword_half``) the anchor event's
+    best hit must reach for the expression to resolve."""
     recency_weight: float = 0.2
     importance_weight: float = 0.2
     confidence_weight: float = 0.3
@@ -122,6 +136,13 @@ class Recipe:
     def __post_init__(self) -> None:
         if not 0.0 <= self.ask_weight <= 1.0:  # above 1 a question's score turns negative
             raise ValueError(f"ask_weight must be between 0 and 1, got {self.ask_weight}")
+        if min(self.anchor_weight, self.anchor_around_weight) < 0:
+            raise ValueError("anchor weights must be at least 0, got "
+                             f"{self.anchor_weight} and {self.anchor_around_weight}")
+
+    def anchor_weight_of(self, relation: str | None) -> float:
+        """The weight of an event-relative window of ``relation`` (before, after, around)."""
+        return self.anchor_around_weight if relation == "around" else self.anchor_weight
 
 
 @dataclass(frozen=True)
@@ -207,6 +228,10 @@ class Factors(NamedTuple):
     """The share of a message's sentences that are questions (``asking``)."""
     asks: float = 1.0
     """The factor ``asking`` makes."""
+    anchor_nearness: float = 0.0
+    """How near the window an event-relative expression resolved to (``anchors``)."""
+    anchored: float = 1.0
+    """The factor ``anchor_nearness`` makes."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +254,8 @@ class Ranked:
             "keyword": round(f.keyword, 6), "relevance": round(self.relevance, 6),
             "fused": round(f.fused, 6), "time_nearness": round(f.nearness, 6),
             "time_factor": round(f.timely, 6),
+            "anchor_nearness": round(f.anchor_nearness, 6),
+            "anchor_factor": round(f.anchored, 6),
             "session_keyword": round(f.session_keyword, 6), "session_factor": round(f.session, 6),
             "asking": round(f.asking, 6), "ask_factor": round(f.asks, 6),
             "words_only": int(f.words_only),
@@ -294,18 +321,23 @@ def score(c: Candidate, recipe: Recipe, now: float, signals: Signals = NO_SIGNAL
     confidence = 1 - recipe.confidence_weight * (1 - float(p.get("confidence", 1.0)))
     learned = utility(signals)
     useful = 1 + recipe.utility_weight * (2 * learned - 1)
-    near = when.nearness(periods, str(p.get("kind")), float(p.get("valid_from") or 0.0))
+    kind, valid_from = str(p.get("kind")), float(p.get("valid_from") or 0.0)
+    near = when.nearness(periods, kind, valid_from)
     timely = 1 + recipe.time_weight * near
+    anchor_near = when.nearness(periods, kind, valid_from, anchored=True)
+    anchored = 1 + recipe.anchor_weight_of(_relation(periods)) * anchor_near if anchor_near \
+        else 1.0
     session = 1 + recipe.session_weight * session_keyword
     share = asking(str(p.get("content") or "")) \
         if recipe.ask_weight > 0 and p.get("kind") == MESSAGE else 0.0
     asks = 1 - recipe.ask_weight * share
-    final = fused * recency * importance * confidence * useful * timely * session * asks
+    final = (fused * recency * importance * confidence * useful * timely * anchored * session
+             * asks)
     return Ranked(c, relevance, final, Factors(
         dense, raw_keyword, keyword, age_days, half_life, decay, recency, importance,
         confidence, signals, learned, useful, fused, near, timely,
         session_keyword=session_keyword, session=session, words_only=words_only,
-        asking=share, asks=asks))
+        asking=share, asks=asks, anchor_nearness=anchor_near, anchored=anchored))
 
 
 _CLOSING = "\"')]}\u201d\u2019\u00bb"
@@ -351,6 +383,11 @@ def complete_dense(candidates: Sequence[Candidate], cosines: Mapping[str, float]
     return [c if c.dense is not None else
             replace(c, dense=cosines[c.item_id], embedded=True) if c.item_id in cosines else
             replace(c, embedded=False) for c in candidates]
+
+
+def _relation(periods: tuple[when.Period, ...]) -> str | None:
+    """The relation of the event-relative window among ``periods`` (a query has one)."""
+    return next((p.relation for p in periods if p.anchor_id is not None), None)
 
 
 def _keyword(raw: float, recipe: Recipe) -> float:

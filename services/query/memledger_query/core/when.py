@@ -5,7 +5,8 @@ resolved against the search's valid time into periods of valid time, which ranki
 ``dateparser`` finds and reads the expressions (its own grammar and vocabulary, no network);
 this module only keeps the ones that name a time of their own, and turns each into the whole
 period it names: a day, the week (Monday to Monday), the month or the year. Event-relative
-expressions ("before she moved") need the event's own time and are not resolved.
+expressions ("before she moved") need the event's own time: ``anchors`` finds it, and its
+window is a period too, with the anchor it was resolved by.
 
 Pure apart from the parser: the same words at the same valid time give the same periods, so
 a search passed its basis back ranks the same.
@@ -37,11 +38,16 @@ _SETTINGS: dict[str, Any] = {"PREFER_DATES_FROM": "past", "RETURN_TIME_AS_PERIOD
 
 @dataclass(frozen=True)
 class Period:
-    """A period named in a query: ``[start, end)`` in epoch seconds."""
+    """A period named in a query: ``[start, end)`` in epoch seconds (``-inf`` / ``inf``: open
+    on that side). One resolved from an event ("before she moved", ``anchors``) names the
+    anchor it was resolved by (its item id and text) and its relation to it."""
 
     text: str
     start: float
     end: float
+    anchor_id: str | None = None
+    anchor_text: str | None = None
+    relation: str | None = None
 
 
 def resolve(query: str, at: datetime) -> tuple[Period, ...]:
@@ -50,6 +56,11 @@ def resolve(query: str, at: datetime) -> tuple[Period, ...]:
     if not _HINT.search(query):
         return ()
     return _resolve(query, at.astimezone(UTC).replace(tzinfo=None))
+
+
+def is_time_word(word: str) -> bool:
+    """Whether ``word`` is a digit or a word the date parser is asked about ("May", "last")."""
+    return bool(_HINT.fullmatch(word) or word[:1].isdigit())
 
 
 @lru_cache(maxsize=1_024)
@@ -139,20 +150,25 @@ asked for with the search's valid time, and lifting every state that overlaps a 
 passing ("who won the 2018 world cup?") ranked long-held statements above the right one."""
 
 
-def nearness(periods: tuple[Period, ...], kind: str, valid_from: float) -> float:
-    """How near an event of ``kind`` at ``valid_from`` is to the periods, in [0, 1]: 1 inside
-    one, then ``exp(-distance / max(period length, a week))``; 0 without periods, and for a
-    state."""
+def nearness(periods: tuple[Period, ...], kind: str, valid_from: float, *,
+             anchored: bool = False) -> float:
+    """How near an event of ``kind`` at ``valid_from`` is to the periods named by a date
+    (``anchored``: to those resolved from an event), in [0, 1]: 1 inside one, then
+    ``exp(-distance / max(period length, a week))`` (a week for an open one); 0 without
+    periods, and for a state."""
     if not periods or kind not in EVENT_KINDS:
         return 0.0
-    return max(_near(p, valid_from) for p in periods)
+    return max((_near(p, valid_from) for p in periods if (p.anchor_id is not None) == anchored),
+               default=0.0)
 
 
 def _near(span: Period, at: float) -> float:
     if span.start <= at < span.end:
         return 1.0
     distance = span.start - at if at < span.start else at - span.end
-    return math.exp(-distance / max(span.end - span.start, MIN_SCALE))
+    length = span.end - span.start
+    return math.exp(-distance / (max(length, MIN_SCALE) if math.isfinite(length)
+                                 else MIN_SCALE))
 
 
 def warm() -> None:

@@ -26,8 +26,8 @@ from memledger_platform.embedding.embedder import Embedder
 from memledger_platform.vectorindex.port import MESSAGE_KIND as MESSAGE
 from memledger_platform.vectorindex.port import MESSAGE_LAYER as CONVERSATION
 from memledger_platform.vectorindex.port import OPEN, Scope, VectorIndex
-from memledger_query.core import context as packing
 from memledger_query.core import (
+    anchors,
     context_views,
     forming_context,
     message_views,
@@ -38,6 +38,7 @@ from memledger_query.core import (
     views,
     when,
 )
+from memledger_query.core import context as packing
 from memledger_query.core.degrade import BoundedEmbedding, ranking
 from memledger_query.core.index_progress import Progress
 from memledger_query.core.ranking import MODES, Ranked, Recipe, policy_version
@@ -289,23 +290,26 @@ def _search(semantic: Semantic, tenant: str, body: SearchRequest, at: Basis,
     recipe = _recipe(semantic.recipe, body)
     if vector is None and recipe.dense_weight > 0:
         vector = semantic.bounded_embedding(body.query)
-    named = _named(body.query, at, recipe, periods)
     members = theme_members(semantic.reader, tenant, body.theme, at) if body.theme else ()
-    found = semantic_search(semantic.index, vector, body.query,
-                            _layers(tenant, body, at, body.k or mode.k, granted, members),
-                            recipe, threshold=threshold, now=at.valid_at.timestamp(),
+    layers = _layers(tenant, body, at, body.k or mode.k, granted, members)
+    named = _Times(_named(body.query, at, recipe, periods),
+                   _anchoring(semantic, body.query, recipe, [layer.scope for layer in layers]))
+    found = semantic_search(semantic.index, vector, body.query, layers, recipe,
+                            threshold=threshold, now=at.valid_at.timestamp(),
                             refine=Refinements(
                                 subject=body.subject,
                                 signals=_signals(semantic, tenant, at, recipe, signalled),
                                 periods=named, rerank=semantic.rerank))
     ranked = [r for layer in found for r in layer.hits]
     windows = _windows(semantic, tenant, ranked, body.window, at) if body.window > 0 else {}
-    hits = [_hit(r, body.explain, windows.get(r.candidate.item_id)) for r in ranked]
+    times = named()
+    hits = [_hit(r, _explained(r, named.resolved) if body.explain else None,
+                 windows.get(r.candidate.item_id)) for r in ranked]
     collapsed = {k: v for layer in found for k, v in layer.collapsed.items()}
     degraded = vector.degraded if isinstance(vector, BoundedEmbedding) else []
     return SearchAnswer(basis=at, mode=body.mode, threshold=threshold,
                         model=semantic.embedder.model_id, results=hits, collapsed=collapsed,
-                        time_windows=[TimeWindow.of(p) for p in named()],
+                        time_windows=[TimeWindow.of(p) for p in times],
                         ranking=ranking(recipe.dense_weight, recipe.keyword_weight, degraded),
                         degraded=degraded)
 
@@ -319,6 +323,48 @@ def _named(query: str, at: Basis, recipe: Recipe, under_way: Periods | None
     if under_way is None:
         return functools.cache(lambda: when.resolve(query, at.valid_at))
     return functools.cache(under_way) if callable(under_way) else (lambda: under_way)
+
+
+@dataclass
+class _Times:
+    """The periods a query names and the window of its event-relative expression, resolved
+    once, when first asked (after the search's candidates are fetched: the date parser runs
+    meanwhile, and an expression whose words it resolved is its own, not an event's)."""
+
+    named: Callable[[], tuple[when.Period, ...]]
+    anchoring: Callable[[Sequence[str]], anchors.Resolved | None]
+    resolved: anchors.Resolved | None = None
+    _found: tuple[when.Period, ...] | None = None
+
+    def __call__(self) -> tuple[when.Period, ...]:
+        if self._found is None:
+            named = self.named()
+            self.resolved = self.anchoring([p.text for p in named])
+            window = None if self.resolved is None else self.resolved.period
+            self._found = named if window is None else (*named, window)
+        return self._found
+
+
+def _anchoring(semantic: Semantic, query: str, recipe: Recipe, scopes: Sequence[Scope]
+               ) -> Callable[[Sequence[str]], anchors.Resolved | None]:
+    """How the query's event-relative expression is resolved, if it has one (``anchors``):
+    one keyword search of the search's scopes; none for a relation whose weight is 0."""
+    def resolve(named: Sequence[str]) -> anchors.Resolved | None:
+        relations = [r for r in anchors.RELATIONS if recipe.anchor_weight_of(r) > 0]
+        relative = anchors.find(query, named, relations) if relations else None
+        if relative is None:
+            return None
+        return anchors.resolve(semantic.index, scopes, relative, recipe)
+    return resolve
+
+
+def _explained(ranked: Ranked, resolved: anchors.Resolved | None) -> dict[str, float]:
+    """``ranked``'s explanation, with whether the query's event-relative expression resolved
+    and the best keyword relevance its anchor search found (against ``anchor_bar``)."""
+    if resolved is None:
+        return ranked.explain
+    return {**ranked.explain, "anchor_resolved": float(resolved.period is not None),
+            "anchor_relevance": round(resolved.best, 6)}
 
 
 def _recipe(recipe: Recipe, body: SearchRequest) -> Recipe:
@@ -366,7 +412,8 @@ def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequen
             Layer("ecosystem", scope(granted, None, ("ecosystem",)), limits.ecosystem)]
 
 
-def _hit(ranked: Ranked, explain: bool, window: Window | None = None) -> SearchHit:
+def _hit(ranked: Ranked, explain: dict[str, float] | None, window: Window | None = None
+         ) -> SearchHit:
     p = ranked.candidate.payload
     said = p["kind"] == MESSAGE
     return SearchHit(
@@ -375,7 +422,7 @@ def _hit(ranked: Ranked, explain: bool, window: Window | None = None) -> SearchH
         confidence=p["confidence"], session_id=p.get("session"), agent_id=p.get("agent"),
         valid_from=p["valid_from"], valid_to=None if p["valid_to"] >= OPEN else p["valid_to"],
         layer=ranked.candidate.layer, score=round(ranked.score, 6),
-        relevance=round(ranked.relevance, 6), explain=ranked.explain if explain else None,
+        relevance=round(ranked.relevance, 6), explain=explain,
         message_id=ranked.candidate.item_id if said else None,
         role=p.get("role") if said else None, participant=p.get("participant"),
         said_at=_EPOCH + timedelta(seconds=p["valid_from"]) if said else None, window=window)
