@@ -58,3 +58,18 @@ def test_a_snapshot_of_this_process_finds_it_with_its_cpu_so_far() -> None:
 
 def test_the_raw_baselines_rows_are_about_a_stored_event() -> None:
     assert 400 < len(stored_event_bytes(7)) < 1_000
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_the_memory_of_this_process_is_what_it_holds_now_and_at_its_peak() -> None:
+    held = bytearray(64 << 20)  # 64 MiB touched: resident
+    held[::4096] = b"x" * len(held[::4096])
+    memory = cpu.resident_mb(os.getpid())["other"]
+    assert memory["now"] >= 64
+    assert memory["peak"] >= memory["now"] * 0.9
+    del held
+
+
+def test_kib_fields_are_read_by_name_and_other_lines_left_out() -> None:
+    text = "Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nThreads:\t3\n"
+    assert cpu._fields(text) == {"VmHWM": 2048, "VmRSS": 1024}

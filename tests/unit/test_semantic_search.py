@@ -226,11 +226,12 @@ class OneCallWatched(InMemoryVectorIndex):
         super().__init__()
         self.calls: list[str] = []
 
-    def search_both(self, vector: Any, query: Any, scope: Scope, k: int) -> Any:
+    def search_both(self, vector: Any, query: Any, scope: Scope, k: int,
+                    fields: Any = None) -> Any:
         self.calls.append("+".join(name for name, asked in (("dense", vector is not None),
                                                              ("keyword", query is not None))
                                    if asked))
-        return super().search_both(vector, query, scope, k)
+        return super().search_both(vector, query, scope, k, fields)
 
 
 def embedded(done: bool) -> BoundedEmbedding:
@@ -424,3 +425,15 @@ def test_an_embedded_item_is_given_its_cosine_when_the_subject_filter_left_no_de
     assert hit.candidate.embedded is True
     assert hit.explain["words_only"] == 0
     assert hit.explain["dense"] > 0.5
+
+
+def test_a_hit_whose_point_was_erased_before_it_was_read_whole_is_left_out() -> None:
+    class ErasedMeanwhile(InMemoryVectorIndex):
+        def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+            self.delete([point(1, TEA).point_id])  # between the candidates and the hits
+            return super().payloads(point_ids)
+
+    index = ErasedMeanwhile()
+    index.upsert([point(1, TEA), point(2, HOME), point(3, LEMON)])
+    assert items(find(index)) == [["item-2", "item-3"]]
+    assert items(find(index)) == [["item-2", "item-3"]]  # and as the index is now

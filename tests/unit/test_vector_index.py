@@ -28,6 +28,7 @@ from memledger_platform.vectorindex.port import (
 )
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from memledger_platform.vectorindex.qdrant_server import QdrantServerVectorIndex
+from memledger_platform.vectorindex.remote import ForwardedVectorIndex
 from memledger_platform.vectorindex.sparse import (
     ENCODING,
     encode_document,
@@ -36,6 +37,9 @@ from memledger_platform.vectorindex.sparse import (
     term_index,
     tokens,
 )
+from memledger_query.core.ranking import Recipe
+from memledger_query.core.semantic import RANK_FIELDS, Found, Layer
+from memledger_query.core.semantic import search as semantic_search
 
 T2020, T2022, T2024, NOW = 1.58e9, 1.64e9, 1.70e9, 1.79e9
 X, Y, Z = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
@@ -143,6 +147,56 @@ class VectorIndexContract:
             {"item_id": "1", "embedded_from": 4}, {"item_id": "2"},
             {"item_id": "3", "embedded_from": 9}]
         assert whole[0].payload["space"] == "s"  # without them: the whole payload
+
+    def test_a_keyword_search_for_some_payload_keys_finds_the_same_hits_carrying_only_those(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, embedded_from=4), point("2", Y, {RARE: 2.0}),
+                      point("3", None, {RARE: 1.0, COMMON: 1.0}), point("4", X, {COMMON: 1.0})])
+        words = terms({RARE: 1.0})
+        whole = index.search_sparse(words, now(), 3)
+        some = index.search_sparse(words, now(), 3, ("item_id", "embedded_from"))
+        assert [(h.point_id, h.score) for h in some] == [(h.point_id, h.score) for h in whole]
+        assert sorted(h.payload["item_id"] for h in some) == ["1", "2", "3"]
+        assert all(h.payload == {"item_id": h.payload["item_id"]} | (
+            {"embedded_from": 4} if h.payload["item_id"] == "1" else {}) for h in some)
+        dense, keyword = index.search_both(X, words, now(), 3, ("item_id",))
+        assert [h.payload for h in dense] == [{"item_id": h.payload["item_id"]} for h in
+                                              index.search(X, now(), 3)]
+        assert [(h.point_id, h.payload) for h in keyword] == [
+            (h.point_id, {"item_id": h.payload["item_id"]}) for h in whole]
+
+    def test_the_payloads_of_points_asked_are_whole_as_stored_and_unknown_ids_left_out(
+            self, index: VectorIndex) -> None:
+        index.upsert([point("1", X, {RARE: 1.0}, embedded_from=4),
+                      point("2", None, {RARE: 1.0}, sys_to=7), point("3", Y)])
+        found = index.payloads([uuid_of("2"), uuid_of("1"), uuid_of("9")])
+        assert found == {
+            uuid_of("1"): {**point("1", embedded_from=4).payload, "archived_from": OPEN,
+                           "sys_until": OPEN},
+            uuid_of("2"): {**point("2", sys_to=7).payload, "archived_from": OPEN,
+                           "sys_until": 7}}
+        assert index.payloads([]) == {}
+
+    def test_a_search_ranks_its_candidates_by_a_few_keys_and_reads_only_its_hits_whole(
+            self, index: VectorIndex) -> None:
+        index.upsert(RANKED)
+        watched = Recording(index)
+        found = _ranked_search(watched)
+        fetched = [args[-1] for method, args in watched.calls if method == "search_both"]
+        assert [sorted(f) for f in fetched] == [sorted(CANDIDATE_FIELDS)]
+        shown = [r.candidate.point_id for layer in found for r in layer.hits]
+        assert len(shown) == 2
+        assert [args for method, args in watched.calls if method == "payloads"] == [(shown,)]
+        stored = {p.point_id: {**p.payload, "archived_from": OPEN, "sys_until": OPEN}
+                  for p in RANKED}
+        assert [r.candidate.payload for layer in found for r in layer.hits] == [
+            stored[str(point_id)] for point_id in shown]
+        # the same hits, scores and order as with every candidate's whole payload
+        wholly = _ranked_search(Recording(index, whole=True))
+        assert [(r.candidate.point_id, r.score) for layer in found for r in layer.hits] == [
+            (r.candidate.point_id, r.score) for layer in wholly for r in layer.hits]
+        assert [r.candidate.payload for layer in found for r in layer.hits] == [
+            r.candidate.payload for layer in wholly for r in layer.hits]
 
     def test_one_call_without_a_vector_or_without_terms_searches_only_the_other(
             self, index: VectorIndex) -> None:
@@ -292,6 +346,43 @@ class VectorIndexContract:
         assert found[1].payload == {**point("2", item="7", sys_from=5).payload,
                                     "archived_from": OPEN, "sys_until": OPEN}
         assert index.points("acme", "9") == []
+
+
+class Recording(ForwardedVectorIndex):
+    """``inner``, recording each call; ``whole``: every search reads whole payloads (what
+    every search did before candidates were fetched with a few keys)."""
+
+    def __init__(self, inner: VectorIndex, *, whole: bool = False) -> None:
+        self.inner, self.whole = inner, whole
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.calls.append((method, args))
+        if self.whole and method in ("search", "search_sparse", "search_both"):
+            args = (*args[:-1], None)
+        return getattr(self.inner, method)(*args)
+
+
+def _ranked(n: str, vector: list[float] | None, text: str, **payload: Any) -> IndexedPoint:
+    base = point(n, vector).payload | {"content": text, "importance": 0.5, "confidence": 1.0,
+                                       "content_at": T2024, "session": None, "agent": "a1",
+                                       "subject_id": None, "note": "not for ranking"}
+    return IndexedPoint(uuid_of(n), vector, base | payload, encode_document(text))
+
+
+RANKED = [_ranked("1", X, "Coffee with oat milk, every morning."),
+          _ranked("2", [0.9, 0.1, 0.0], "Which coffee do you like?", kind="message",
+                  session="s1", role="user"),
+          _ranked("3", [0.8, 0.6, 0.0], "I drink my coffee black.", kind="message",
+                  session="s1", role="user"),
+          _ranked("4", Y, "The deploy is on Friday."),
+          _ranked("5", None, "Tea, no coffee, after lunch.", importance=0.9)]
+CANDIDATE_FIELDS = (*RANK_FIELDS, "content")
+
+
+def _ranked_search(index: VectorIndex) -> list[Found]:
+    return semantic_search(index, X, "coffee", [Layer("all", now(), 2)], Recipe(),
+                           threshold=0.0, now=NOW)
 
 
 @pytest.fixture(params=["memory", "qdrant-edge", "qdrant-client-local"])

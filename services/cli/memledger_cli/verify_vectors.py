@@ -117,7 +117,8 @@ async def remote(url: str, tenants: Iterable[str], expected: Digests, position: 
 def redrive(index: VectorIndex, store: EventStore, model: str,
             progress: Progress | None = None) -> int:
     """Fold the whole log into ``index`` again; return how many memory events were applied."""
-    fold, after, applied = VectorFold(index.points, model, sessions=index.session_messages), 0, 0
+    fold = VectorFold(index.points, model, sessions=index.session_messages, vectors=index.vectors)
+    after = applied = 0
     end = store.max_position()
     while batch := store.read_all(after, _BATCH):
         for event in batch:

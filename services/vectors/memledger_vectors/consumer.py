@@ -123,7 +123,8 @@ class IndexWriter(Handling):
                  positions: ConsumerPositions | None) -> None:
         self._subjects = subjects
         self._index = index
-        self._fold = VectorFold(index.points, model, sessions=index.session_messages)
+        self._fold = VectorFold(index.points, model, sessions=index.session_messages,
+                                vectors=index.vectors)
         self._open = opener
         self._on_erased = on_erased
         self._positions = positions

@@ -15,7 +15,7 @@ import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from memledger_platform.events import Event
@@ -25,6 +25,7 @@ from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import EMBEDDED_FROM, OPEN, IndexedPoint, SparseVector
 from memledger_schemas.event_types import EventType
+from memledger_vectors.kept import Item, Kept, fill_vectors
 from memledger_vectors.message_context import Sessions
 from memledger_vectors.messages import EMBEDDED as MESSAGE_EMBEDDED
 from memledger_vectors.messages import EVENT_TYPES as MESSAGE_EVENTS
@@ -42,23 +43,13 @@ _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
 """Every point of (tenant, item_id) as the index holds it."""
+Reader = Callable[[Sequence[str]], dict[str, list[float]]]
+"""The dense vectors of the points named, as the index holds them (``VectorIndex.vectors``)."""
+KEPT_BYTES = 256 << 20
+"""What the items kept compactly may take (about 600 bytes an item of four versions)."""
 
 
-@dataclass
-class _Item:
-    rows: list[tuple[Version, str]]
-    """Every row of the item with its point id, closed ones included."""
-    vectors: dict[int, Sequence[float]] = field(default_factory=dict)
-    """Dense vector per content version (the item's stream version that set the content)."""
-    embedded_from: dict[int, float] = field(default_factory=dict)
-    """The position each content version's vector came at (``EMBEDDED_FROM``)."""
-    keywords: dict[int, SparseVector] = field(default_factory=dict)
-    """The keyword vector of each content version's text: a revision writes again the
-    points of the content before it (closed, and cut in valid time), not made again."""
-    archived_from: float = OPEN
-
-
-_Dirty = tuple[tuple[str, str], _Item, Version]
+_Dirty = tuple[tuple[str, str], Item, Version]
 """A changed row: its item's key, the item and the row."""
 
 
@@ -67,13 +58,17 @@ class VectorFold:
     call, to be upserted whole (so the order of changes inside a batch never matters)."""
 
     def __init__(self, load: Loader, model: str, *, sessions: Sessions | None = None,
-                 cache_items: int = 20_000) -> None:
+                 cache_items: int = 20_000, vectors: Reader | None = None,
+                 kept_bytes: int = KEPT_BYTES) -> None:
         """``load``: an item's points from the index; ``sessions``: a session's message points
-        from the index (the turns before a message, ``message_context``)."""
+        from the index (the turns before a message, ``message_context``); ``vectors``: points'
+        vectors from the index, without which no item is kept compactly (``kept``)."""
         self._load = load
         self._model = model
-        self._items: OrderedDict[tuple[str, str], _Item] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Item] = OrderedDict()
         self._cache_items = cache_items
+        self._read_vectors = vectors
+        self.kept = Kept(kept_bytes if vectors is not None else 0)
         self._dirty: dict[str, _Dirty] = {}
         """The rows changed since the last ``take``, by point id: their points are made only
         then, once each (an import's assertion and embedding mark the same row twice)."""
@@ -114,17 +109,20 @@ class VectorFold:
                 del self._items[key]
                 for _, point_id in item.rows:
                     self._dirty.pop(point_id, None)
+        self.kept.forget_subject(tenant, subject_id)
         self._messages.forget_subject(tenant, subject_id)
 
     def forget(self) -> None:
         """Drop every item folded so far (the index lost writes: the log is folded again
         from its last flush, and the items are read back from the index)."""
         self._items.clear()
+        self.kept.clear()
         self._dirty, self._gone = {}, set()
         self._messages.forget()
 
     def take(self) -> tuple[list[IndexedPoint], list[str]]:
         """(points to upsert, point ids to delete) since the last call."""
+        self._unread()
         upserts = [_point_of(key, item, row, point_id)
                    for point_id, (key, item, row) in self._dirty.items()]
         gone = sorted(self._gone - set(self._dirty))
@@ -134,12 +132,28 @@ class VectorFold:
         # Evicted only now: an item dropped mid-batch would be reloaded without the changes
         # not yet written, and the index holds them only once the caller writes these.
         while len(self._items) > self._cache_items:
-            self._items.popitem(last=False)
+            self.kept.keep(*self._items.popitem(last=False))
         return upserts, gone
+
+    def _unread(self) -> None:
+        """Read the vectors the points about to be made need and items taken back from
+        ``kept`` do not hold: one read for the whole batch."""
+        wanted: dict[tuple[int, int], tuple[Item, int]] = {}
+        for _, item, row in self._dirty.values():
+            if item.unread:
+                version = dict(row.attrs)["content_version"]
+                if version in item.unread and version not in item.vectors:
+                    wanted[id(item), version] = (item, version)
+        if not wanted or self._read_vectors is None:
+            return
+        found = self._read_vectors([p for item, version in wanted.values()
+                                    for p in item.unread[version]])
+        for item, version in wanted.values():
+            fill_vectors(item, version, found)
 
     # --- changes ---------------------------------------------------------------------------
 
-    def _asserted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _asserted(self, key: tuple[str, str], item: Item, e: Event) -> None:
         attrs = {f: e.payload.get(f) for f in _FIELDS}
         attrs.update(space=e.space_id, session=e.session_id, agent=e.agent_id,
                      subject_id=e.subject_id, layer=layer_of(e),
@@ -148,7 +162,7 @@ class VectorFold:
             self._current(item), e.valid_from or e.recorded_at, e.valid_to,
             temporal.attrs_of(attrs), e.position, ()))
 
-    def _revised(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _revised(self, key: tuple[str, str], item: Item, e: Event) -> None:
         changes = {f: e.payload[f] for f in _FIELDS if e.payload.get(f) is not None}
         if "content" in changes:
             changes.update(content_version=e.stream_version, content_at=_epoch(e.recorded_at))
@@ -156,19 +170,19 @@ class VectorFold:
             self._current(item), e.valid_from or e.recorded_at, e.valid_to, changes,
             e.position, ()))
 
-    def _retracted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _retracted(self, key: tuple[str, str], item: Item, e: Event) -> None:
         until = e.payload.get("valid_until")
         instant = datetime.fromisoformat(until) if isinstance(until, str) else (
             until or e.recorded_at)
         self._change(key, item, e, temporal.end_at(self._current(item), instant, e.position))
 
-    def _superseded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _superseded(self, key: tuple[str, str], item: Item, e: Event) -> None:
         until = e.payload.get("valid_until")
         instant = datetime.fromisoformat(until) if isinstance(until, str) else (
             until or e.recorded_at)
         self._change(key, item, e, temporal.end_at(self._current(item), instant, e.position))
 
-    def _promoted(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _promoted(self, key: tuple[str, str], item: Item, e: Event) -> None:
         # The layer over all of the item's valid time, from this position on (as the
         # PostgreSQL model has it): searches as of before the promotion see the old layer.
         current = self._current(item)
@@ -177,7 +191,7 @@ class VectorFold:
                 current, min(r.valid_from for r in current), None,
                 {"layer": e.payload["layer"]}, e.position, ()))
 
-    def _archived(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _archived(self, key: tuple[str, str], item: Item, e: Event) -> None:
         # Forgotten: hidden from search from this position on, kept for as-of before it.
         item.archived_from = float(e.position)
         for row, point_id in item.rows:
@@ -194,12 +208,13 @@ class VectorFold:
             self.skipped_models.add(model)
         return False
 
-    def _embedded(self, key: tuple[str, str], item: _Item, e: Event) -> None:
+    def _embedded(self, key: tuple[str, str], item: Item, e: Event) -> None:
         # a vector read as None: its subject was erased since (the erasure drops the points)
         if e.payload["vector"] is None or not self._comparable(e.payload["model"]):
             return
         version = int(e.payload["item_version"])
         item.vectors[version] = array("f", e.payload["vector"])
+        item.unread.pop(version, None)
         item.embedded_from[version] = float(e.position)
         for row, point_id in item.rows:
             if dict(row.attrs).get("content_version") == version:
@@ -207,7 +222,7 @@ class VectorFold:
 
     # --- rows and points ---------------------------------------------------------------------
 
-    def _change(self, key: tuple[str, str], item: _Item, e: Event, change: temporal.Change
+    def _change(self, key: tuple[str, str], item: Item, e: Event, change: temporal.Change
                 ) -> None:
         closed = {id(r) for r in change.closed}
         rows = []
@@ -222,7 +237,7 @@ class VectorFold:
             self._mark(key, item, row, point_id)
         item.rows = rows
 
-    def _rollback(self, key: tuple[str, str], item: _Item, position: int) -> None:
+    def _rollback(self, key: tuple[str, str], item: Item, position: int) -> None:
         """Undo what ``position`` and later did to the item (only after a redelivery)."""
         if not any(r.sys_from >= position or (r.sys_to or 0) >= position for r, _ in item.rows):
             return
@@ -244,30 +259,30 @@ class VectorFold:
                 self._mark(key, item, row, point_id)
 
     @staticmethod
-    def _current(item: _Item) -> list[Version]:
+    def _current(item: Item) -> list[Version]:
         return [row for row, _ in item.rows if row.sys_to is None]
 
-    def _mark(self, key: tuple[str, str], item: _Item, row: Version, point_id: str) -> None:
+    def _mark(self, key: tuple[str, str], item: Item, row: Version, point_id: str) -> None:
         self._gone.discard(point_id)
         # Made in ``take`` from the item as it is then: whatever changes the point later in
         # the batch (its vector, the item archived, the row closed) marks it again anyway.
         self._dirty[point_id] = (key, item, row)
 
-    def _item(self, key: tuple[str, str], *, new: bool = False) -> _Item:
+    def _item(self, key: tuple[str, str], *, new: bool = False) -> Item:
         """The item as folded so far. ``new``: the event starts the item's stream, so the
         index is not asked (most events are new items' assertions, and asking cost a filtered
         scroll each). After a redelivery the index may hold points from the first delivery:
         every one of them has an id the fold makes again, from this position on."""
         item = self._items.get(key)
         if item is None:
-            item = _Item(rows=[]) if new else _item_of(self._load(*key))
+            item = self.kept.take(key) or (Item(rows=[]) if new else _item_of(self._load(*key)))
             self._items[key] = item
         else:
             self._items.move_to_end(key)
         return item
 
 
-_CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]] = {
+_CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], Item, Event], None]] = {
     EventType.MEMORY_ASSERTED: VectorFold._asserted, EventType.MEMORY_REVISED: VectorFold._revised,
     EventType.MEMORY_RETRACTED: VectorFold._retracted,
     EventType.MEMORY_SUPERSEDED: VectorFold._superseded,
@@ -278,7 +293,7 @@ _CHANGES: dict[str, Callable[[VectorFold, tuple[str, str], _Item, Event], None]]
 }
 
 
-def _point_of(key: tuple[str, str], item: _Item, row: Version, point_id: str
+def _point_of(key: tuple[str, str], item: Item, row: Version, point_id: str
               ) -> IndexedPoint:
     attrs = dict(row.attrs)
     version = attrs["content_version"]
@@ -314,9 +329,9 @@ def point_of(key: tuple[str, str], archived_from: float, row: Version, point_id:
                         if keywords is None else keywords)
 
 
-def _item_of(points: list[IndexedPoint]) -> _Item:
+def _item_of(points: list[IndexedPoint]) -> Item:
     """An item back from its points (empty for an item the index has not seen)."""
-    item = _Item(rows=[])
+    item = Item(rows=[])
     for point in sorted(points, key=lambda p: (p.payload["sys_from"], p.payload["valid_from"])):
         p = point.payload
         attrs = {f: p.get(f) for f in ("kind", "content", "importance", "confidence")}

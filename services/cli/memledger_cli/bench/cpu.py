@@ -92,6 +92,44 @@ def per_fact_ms(seconds: dict[str, float], facts: float) -> dict[str, float]:
     return {**by_role, "total": round(sum(seconds.values()) * 1000 / facts, 3)}
 
 
+def resident_mb(root: int) -> dict[str, dict[str, float]]:
+    """Memory of the processes under ``root`` now, by role: ``now`` the proportional resident
+    set summed (a page shared by n processes counted 1/n in each: PostgreSQL's backends share
+    its buffers), ``peak`` the largest resident set any one process of the role has had."""
+    now: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for pid, (role, _) in snapshot(root).items():
+        found = _memory_kb(pid)
+        if found is not None:
+            now[role] = now.get(role, 0.0) + found[0] / 1024
+            peak[role] = max(peak.get(role, 0.0), found[1] / 1024)
+    return {role: {"now": round(now[role], 1), "peak": round(peak[role], 1)}
+            for role in sorted(now)}
+
+
+def _memory_kb(pid: int) -> tuple[int, int] | None:
+    """(proportional resident set, peak resident set) of ``pid`` in KiB; ``None`` if it ended
+    while we looked."""
+    try:
+        status = _fields((_PROC / str(pid) / "status").read_text())
+        rollup = _PROC / str(pid) / "smaps_rollup"
+        proportional = _fields(rollup.read_text()).get("Pss") if rollup.exists() else None
+    except OSError:
+        return None
+    return (proportional or status.get("VmRSS", 0)), status.get("VmHWM", 0)
+
+
+def _fields(text: str) -> dict[str, int]:
+    """``Name:   123 kB`` lines as {name: 123}."""
+    found = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        value = rest.split()
+        if len(value) == 2 and value[1] == "kB" and value[0].isdigit():
+            found[name] = int(value[0])
+    return found
+
+
 def snapshot(root: int) -> Snapshot:
     """The processes under ``root`` now (empty without ``/proc``)."""
     if not _PROC.is_dir():

@@ -259,6 +259,7 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             await _projected(http, last)
             projected_s = time.monotonic() - started - load_s
             spent = processes.used(before, processes.snapshot(server.pid))
+            loaded_memory = processes.resident_mb(server.pid)
             # The server's digestion of the load (the enricher embedding what was written,
             # the vector index building its graph) is not the reads' work: the enricher is
             # paused, and the reads start once the server has gone quiet (as for rebuild).
@@ -270,6 +271,7 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             steps.step(f"{args.queries} as-of reads, {args.queries} change-feed pages")
             as_of = await _as_of_reads(http, items, last, args.queries)
             changes = await _change_pages(http, last, args.queries)
+            read_memory = processes.resident_mb(server.pid)
         steps.step("the same as-of query straight to PostgreSQL")
         raw = _raw_as_of(server.postgres_dsn, items, last, args.queries)
     return {"scenario": "temporal", "versions": versions, "items": len(items),
@@ -284,6 +286,8 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             "load_cpu_ms_per_version_by_process": processes.per_fact_ms(spent, versions),
             "load_batches_retried": retried, "settled_s_before_reads": round(quiet_s, 1),
             "settle_cpu_s_by_process": {k: round(v, 1) for k, v in sorted(settling.items())},
+            "memory_mb_by_process_after_load": loaded_memory,
+            "memory_mb_by_process_after_reads": read_memory,
             "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 

@@ -41,9 +41,10 @@ class InMemoryVectorIndex(VectorIndex):
                   if p.vector is not None and in_scope(p.payload, scope)]
         return _best(scored, k)
 
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
         weights = self._idf_weighted(query)
-        scored = [Hit(p.point_id, _dot(weights, p.sparse), dict(p.payload))
+        scored = [Hit(p.point_id, _dot(weights, p.sparse), _only(p.payload, fields))
                   for p in self._points.values()
                   if p.sparse is not None and in_scope(p.payload, scope)]
         return _best([h for h in scored if h.score > 0], k)
@@ -51,6 +52,10 @@ class InMemoryVectorIndex(VectorIndex):
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
         found = (self._points.get(point_id) for point_id in point_ids)
         return {p.point_id: list(p.vector) for p in found if p is not None and p.vector is not None}
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        found = (self._points.get(point_id) for point_id in point_ids)
+        return {p.point_id: dict(p.payload) for p in found if p is not None}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         return sorted((p for p in self._points.values()

@@ -14,7 +14,8 @@ Contract (one suite checks every adapter):
   no ``position``, the versions current now;
 - a point without the vector a search uses is never a hit of that search;
 - ``search_both`` answers as ``search`` and ``search_sparse`` each would, in one call;
-- ``search`` with ``fields`` finds the same hits, each with those keys of its payload only.
+- each search with ``fields`` finds the same hits, each with those keys of its payload only;
+- ``payloads`` gives the whole payloads, as stored, of the points asked that exist.
 """
 
 import math
@@ -140,21 +141,30 @@ class VectorIndex(ABC):
         scoring the point, and a caller after a few keys of each hit need not pay for it."""
 
     @abstractmethod
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
         """The ``k`` best keyword matches inside ``scope``, best first. A point's score is the
         sum over the terms it shares with ``query`` of query weight * its weight * ``idf``
         (statistics over every point in the index that has a sparse vector, as Qdrant's IDF
-        modifier computes them). Points sharing no term are never hits; scores are > 0."""
+        modifier computes them). Points sharing no term are never hits; scores are > 0.
+        ``fields``: as ``search``'s."""
 
     def search_both(self, vector: Sequence[float] | None, query: SparseVector | None,
-                    scope: Scope, k: int) -> tuple[list[Hit], list[Hit]]:
+                    scope: Scope, k: int, fields: Sequence[str] | None = None
+                    ) -> tuple[list[Hit], list[Hit]]:
         """``search`` (none without ``vector``) and ``search_sparse`` (none without ``query``
         or its terms) of one scope, as each answers: one call, so one round trip to an index
         in another process."""
-        dense = self.search(vector, scope, k) if vector is not None else []
-        words = self.search_sparse(query, scope, k) if query is not None and query.indices \
-            else []
+        dense = self.search(vector, scope, k, fields) if vector is not None else []
+        words = self.search_sparse(query, scope, k, fields) \
+            if query is not None and query.indices else []
         return dense, words
+
+    @abstractmethod
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The whole payloads, as stored, of those of ``point_ids`` that exist, by point id;
+        unknown ids are left out. A search's candidates are fetched with the few keys that
+        rank them (``fields``), and only the hits shown are read whole, in one call."""
 
     @abstractmethod
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:

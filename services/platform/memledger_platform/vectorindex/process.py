@@ -38,7 +38,7 @@ ORPHAN_GRACE_SECONDS = 10
 """How long an index whose owner died may take to close its shard before the kernel ends it."""
 _GOODBYE = b"."
 """What an owner writes on the lifeline before it ends it: this stop is the owner's own."""
-_READS = frozenset({"search", "search_sparse", "search_both", "vectors"})
+_READS = frozenset({"search", "search_sparse", "search_both", "vectors", "payloads"})
 """Calls that may follow a restart without ``IndexReopened``: they write nothing."""
 
 

@@ -92,11 +92,12 @@ class QdrantEdgeVectorIndex(VectorIndex):
         found = self._query(qe.Query.Nearest(list(vector), using=DENSE), scope, k, fields)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
         if not query.indices:
             return []
         named = qe.SparseVector(list(query.indices), list(query.values))
-        found = self._query(qe.Query.Nearest(named, using=KEYWORDS), scope, k)
+        found = self._query(qe.Query.Nearest(named, using=KEYWORDS), scope, k, fields)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
                 for p in found if p.score > 0]
 
@@ -106,6 +107,13 @@ class QdrantEdgeVectorIndex(VectorIndex):
         with self._lock:
             found = self._shard.retrieve(list(point_ids), False, [DENSE])
         return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        with self._lock:
+            found = self._shard.retrieve(list(point_ids), True, False)
+        return {str(r.id): dict(r.payload or {}) for r in found}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         where = _filter(item_conditions(tenant, item_id))

@@ -66,12 +66,13 @@ class QdrantServerVectorIndex(VectorIndex):
         found = self._query(list(vector), DENSE, scope, k, fields)
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in found]
 
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
         if not query.indices:
             return []
         named = models.SparseVector(indices=list(query.indices), values=list(query.values))
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
-                for p in self._query(named, KEYWORDS, scope, k) if p.score > 0]
+                for p in self._query(named, KEYWORDS, scope, k, fields) if p.score > 0]
 
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
         if not point_ids:
@@ -79,6 +80,13 @@ class QdrantServerVectorIndex(VectorIndex):
         found = self._client.retrieve(self._collection, list(point_ids), with_payload=False,
                                       with_vectors=[DENSE])
         return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        found = self._client.retrieve(self._collection, list(point_ids), with_payload=True,
+                                      with_vectors=False)
+        return {str(r.id): dict(r.payload or {}) for r in found}
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:
         where = _filter(item_conditions(tenant, item_id))

@@ -45,20 +45,28 @@ class ForwardedVectorIndex(VectorIndex):
 
     def search(self, vector: Sequence[float], scope: Scope, k: int,
                fields: Sequence[str] | None = None) -> list[Hit]:
-        found: list[Hit] = self._call("search", list(vector), scope, k,
-                                      None if fields is None else list(fields))
+        found: list[Hit] = self._call("search", list(vector), scope, k, _listed(fields))
         return found
 
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
-        found: list[Hit] = self._call("search_sparse", query, scope, k)
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
+        found: list[Hit] = self._call("search_sparse", query, scope, k, _listed(fields))
         return found
 
     def search_both(self, vector: Sequence[float] | None, query: SparseVector | None,
-                    scope: Scope, k: int) -> tuple[list[Hit], list[Hit]]:
+                    scope: Scope, k: int, fields: Sequence[str] | None = None
+                    ) -> tuple[list[Hit], list[Hit]]:
         if vector is None and (query is None or not query.indices):
             return [], []
         found: tuple[list[Hit], list[Hit]] = self._call(
-            "search_both", None if vector is None else list(vector), query, scope, k)
+            "search_both", None if vector is None else list(vector), query, scope, k,
+            _listed(fields))
+        return found
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        found: dict[str, dict[str, Any]] = self._call("payloads", list(point_ids))
         return found
 
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
@@ -86,6 +94,10 @@ class ForwardedVectorIndex(VectorIndex):
 
     def optimize(self) -> None:
         self._call("optimize")
+
+
+def _listed(fields: Sequence[str] | None) -> list[str] | None:
+    return None if fields is None else list(fields)
 
 
 class SocketVectorIndex(ForwardedVectorIndex):

@@ -19,8 +19,8 @@ _HEADER = struct.Struct("!Q")
 _MAX_PATH = 100
 """A Unix socket's path holds 108 bytes: a longer one is reached through its directory."""
 
-REPEATABLE = frozenset({"search", "search_sparse", "search_both", "vectors", "points",
-                        "session_messages", "count"})
+REPEATABLE = frozenset({"search", "search_sparse", "search_both", "vectors", "payloads",
+                        "points", "session_messages", "count"})
 """Calls that write nothing: sending one again after a lost connection is harmless."""
 CALLS = REPEATABLE | {"upsert", "delete", "delete_subject", "flush", "optimize"}
 """The ``VectorIndex`` methods the index process answers (closing is its owner's alone)."""

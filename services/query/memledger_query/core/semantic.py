@@ -18,6 +18,7 @@ from memledger_platform.vectorindex.port import (
 from memledger_query.core import when
 from memledger_query.core.degrade import BoundedEmbedding
 from memledger_query.core.ranking import (
+    MESSAGE,
     SPARE_VECTORS,
     Candidate,
     Ranked,
@@ -37,8 +38,13 @@ reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
 COSINE_FIELDS = ("item_id", EMBEDDED_FROM)
-"""What a cosine lookup reads of each point's payload: the candidates have theirs already,
-and an engine reads a whole payload at more cost than it scores the point."""
+"""What a cosine lookup reads of each point's payload: the candidates have what ranks them
+already, and an engine reads a whole payload at more cost than it scores the point."""
+RANK_FIELDS = ("item_id", EMBEDDED_FROM, "kind", "session", "content_at", "valid_from",
+               "importance", "confidence")
+"""What a candidate is fetched with: what ranks it (``ranking.score``, ``embedded_by``, a
+session's words), not the whole payload: the index converts, and the socket carries, each
+key of each of up to 160 candidates a layer, of which a few are shown (``whole``)."""
 
 SignalLookup = Callable[[Collection[str]], Mapping[str, Signals]]
 """The feedback of the given item ids (as of the search's basis), by item id."""
@@ -100,7 +106,7 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     more = refine or Refinements()
     query = sparse.encode_query(text)
     words = query if recipe.keyword_weight > 0 and query.indices else None
-    dense, hits = _fetch(index, vector, words, layers)
+    dense, hits = _fetch(index, vector, words, layers, candidate_fields(layers, recipe, more))
     if dense is None and recipe.dense_weight > 0:
         recipe = keyword_only(recipe)  # the embedding was wanted but missing (``degrade``)
     fetched = [[c for c in _candidates(*found, layer)
@@ -119,7 +125,31 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
         kept, into = _shown(fresh, ranker, layer, _reranking(more.rerank, text))
         seen.update(r.candidate.item_id for r in kept)
         found.append(Found(layer.name, kept, into))
-    return found
+    return whole(index, found)
+
+
+def candidate_fields(layers: Sequence[Layer], recipe: Recipe, refine: Refinements
+                     ) -> tuple[str, ...]:
+    """The payload keys the candidates are ranked and filtered by: ``RANK_FIELDS``, the
+    content when a message's share of questions counts (``ranking.asking``) or a reranker
+    reads it, the subject when the hits must be about one."""
+    messages = any(not layer.scope.kinds or MESSAGE in layer.scope.kinds for layer in layers)
+    content = (recipe.ask_weight > 0 and messages) or refine.rerank is not None
+    return RANK_FIELDS + (("content",) if content else ()) + (
+        ("subject",) if refine.subject is not None else ())
+
+
+def whole(index: VectorIndex, found: list[Found]) -> list[Found]:
+    """``found`` with each hit's whole payload, read in one call for every layer's hits. A
+    hit whose point is gone by then (its subject erased meanwhile) is left out: what an
+    erasure removed is never shown."""
+    points = [r.candidate.point_id for f in found for r in f.hits
+              if r.candidate.point_id is not None]
+    read = index.payloads(points) if points else {}
+    return [replace(f, hits=[replace(r, candidate=replace(r.candidate, payload=read[point]))
+                             for r in f.hits
+                             if (point := r.candidate.point_id) is not None and point in read])
+            for f in found]
 
 
 @dataclass(frozen=True)
@@ -242,19 +272,20 @@ def _fetched(layer: Layer) -> int:
 
 
 def _fetch(index: VectorIndex, vector: QueryVector, words: SparseVector | None,
-           layers: Sequence[Layer]) -> tuple[Sequence[float] | None, list[_Hits]]:
-    """The query's embedding and each layer's dense and keyword hits: both in one call a
-    layer (one round trip to an index in another process) once the embedding is there; while
-    it is still under way, the keyword searches first (they need none of it), then the dense
-    ones."""
+           layers: Sequence[Layer], fields: Sequence[str]
+           ) -> tuple[Sequence[float] | None, list[_Hits]]:
+    """The query's embedding and each layer's dense and keyword hits with ``fields`` of
+    their payloads: both in one call a layer (one round trip to an index in another process)
+    once the embedding is there; while it is still under way, the keyword searches first
+    (they need none of it), then the dense ones."""
     if callable(vector) and not _ready(vector):
-        early = [index.search_both(None, words, layer.scope, _fetched(layer))[1]
+        early = [index.search_both(None, words, layer.scope, _fetched(layer), fields)[1]
                  for layer in layers]
         dense = vector()
-        return dense, [(index.search_both(dense, None, layer.scope, _fetched(layer))[0], found)
-                       for layer, found in zip(layers, early, strict=True)]
+        return dense, [(index.search_both(dense, None, layer.scope, _fetched(layer), fields)[0],
+                        found) for layer, found in zip(layers, early, strict=True)]
     dense = vector() if callable(vector) else vector
-    return dense, [index.search_both(dense, words, layer.scope, _fetched(layer))
+    return dense, [index.search_both(dense, words, layer.scope, _fetched(layer), fields)
                    for layer in layers]
 
 
