@@ -132,9 +132,14 @@ class AsideVectorIndex(VectorIndex):
         with self._swap:
             return self._serving.search(vector, scope, k, fields)
 
-    def search_sparse(self, query: SparseVector, scope: Scope, k: int) -> list[Hit]:
+    def search_sparse(self, query: SparseVector, scope: Scope, k: int,
+                      fields: Sequence[str] | None = None) -> list[Hit]:
         with self._swap:
-            return self._serving.search_sparse(query, scope, k)
+            return self._serving.search_sparse(query, scope, k, fields)
+
+    def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self._swap:
+            return self._serving.payloads(point_ids)
 
     def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
         with self._swap:
