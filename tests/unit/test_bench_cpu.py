@@ -17,6 +17,7 @@ from memledger_cli.bench.ingest_raw import stored_event_bytes
     ("/v/bin/python -m memledger_cli lifecycle", "lifecycle"),
     ("/v/bin/python -m memledger_cli vectors", "vectors"),
     ("/v/bin/python -m memledger_platform.vectorindex.process /h/vectors 3 info", "vector_index"),
+    ("/v/bin/python -m memledger_platform.vectorindex.aside /h/vectors.build 3", "vector_index"),
     ("postgres: postgres memledger 127.0.0.1(5) idle", "postgres"),
     ("/v/pginstall/bin/postgres -D /tmp/memledger-bench-x/postgres/pgdata", "postgres"),
     ("/v/bin/nats-server -c /tmp/memledger-bench-x/nats/nats.conf", "nats"),

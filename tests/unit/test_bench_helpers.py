@@ -42,6 +42,11 @@ def test_a_stat_line_with_spaces_and_parentheses_in_the_name_parses() -> None:
     assert settle.parse_stat(line) == (4242, 17, 175)
 
 
+def test_the_ticks_of_reaped_children_are_read_from_their_own_fields() -> None:
+    line = "4242 (python (x) y) S 17 4242 4242 0 -1 4194304 1 0 0 0 150 25 40 2 20 0 3 0"
+    assert settle.reaped_ticks(line) == 42
+
+
 def test_descendants_ticks_sums_the_whole_subtree_but_not_the_root_or_strangers() -> None:
     stats = [(1, 0, 1_000), (10, 1, 5), (11, 10, 7), (12, 11, 3), (20, 1, 100), (13, 10, 2)]
     assert settle.descendants_ticks(10, stats) == 7 + 3 + 2

@@ -195,8 +195,8 @@ class IndexWriter(Handling):
     async def idle(self) -> None:
         await self._flush()
         if self._unoptimized >= OPTIMIZE_AFTER_POINTS:
-            # Caught up: build the HNSW graph for what arrived. Small additions are
-            # searched exactly until enough accumulate (Edge's optimize holds the GIL).
+            # Caught up: have the HNSW graph built for what arrived (aside, in the index's
+            # builder). Small additions are searched exactly until enough accumulate.
             self._unoptimized = 0
             await asyncio.to_thread(self._index.optimize)
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from memledger_cli.bench.settle import parse_stat
+from memledger_cli.bench.settle import parse_stat, reaped_ticks
 
 _PROC = Path("/proc")
 
@@ -19,13 +19,17 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("projector", ("memledger_cli projector", "memledger_projector")),
     ("enricher", ("memledger_cli enricher", "memledger_enricher")),
     ("lifecycle", ("memledger_cli lifecycle", "memledger_lifecycle")),
-    ("vector_index", ("vectorindex.process",)),
+    ("vector_index", ("vectorindex.process", "vectorindex.aside")),
     ("vectors", ("memledger_cli vectors", "memledger_vectors")),
     ("ingest", ("memledger_cli up", "memledger_cli ingest", "memledger up")),
 )
 """Each role and what its command line holds (the first match wins): ``ingest`` is the
 ``memledger up`` process itself, which also serves queries and feeds the vector index;
-``vector_index`` the vectors service's Qdrant Edge process (upserts, HNSW builds)."""
+``vector_index`` the vectors service's Qdrant Edge process (upserts) and its graph builders."""
+
+REAPING = ("vectorindex.process",)
+"""Processes whose reaped children's CPU counts as their own: a graph builder of the vector
+index may start and end between two snapshots, and would otherwise be lost with its ticks."""
 
 ENGINES = {"postgres": "postgres", "postgres:": "postgres", "nats-server": "nats"}
 """The engines, by their program's name (a PostgreSQL backend names itself ``postgres:``)."""
@@ -141,9 +145,12 @@ def processes() -> list[Proc]:
     for entry in _PROC.iterdir():
         if entry.name.isdigit():
             try:
-                pid, parent, ticks = parse_stat((entry / "stat").read_text())
+                stat = (entry / "stat").read_text()
+                pid, parent, ticks = parse_stat(stat)
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
                     errors="replace")
+                if any(mark in cmdline for mark in REAPING):
+                    ticks += reaped_ticks(stat)
             except (OSError, ValueError, IndexError):
                 continue  # the process ended while we looked
             found.append(Proc(pid, parent, ticks, cmdline))

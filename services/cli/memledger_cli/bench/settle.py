@@ -31,6 +31,13 @@ def parse_stat(text: str) -> tuple[int, int, int]:
     return int(pid), int(fields[1]), int(fields[11]) + int(fields[12])
 
 
+def reaped_ticks(text: str) -> int:
+    """The user + system clock ticks of a process's children it has waited for, from its
+    ``/proc/<pid>/stat`` line."""
+    fields = text.rsplit(") ", 1)[1].split()
+    return int(fields[13]) + int(fields[14])
+
+
 def descendants_ticks(root: int, stats: list[tuple[int, int, int]]) -> int:
     """The CPU ticks of every descendant of ``root`` (not ``root`` itself)."""
     children: dict[int, list[tuple[int, int]]] = {}

@@ -1,19 +1,18 @@
 """``VectorIndex`` on Qdrant Edge in a process of its own, serving the shard over a socket.
 
-Every Edge call holds the GIL, and ``optimize`` (an HNSW build) holds it for as long as it
-runs: 11 s for 20,000 fresh points on 2 cores. In an API process that froze every request
-meanwhile (ADR 0006). Here the shard lives in a process of its own, which its owner (the vectors
-service) starts; callers only wait on a socket (without the GIL), so a build holds up nothing
-but the calls to the index itself. Several processes reach it at once: its owner, which writes,
+Every Edge call holds the GIL. In an API process that froze every request meanwhile (ADR 0006).
+Here the shard lives in a process of its own, which its owner (the vectors service) starts;
+callers only wait on a socket (without the GIL); and the shard's HNSW graph is built aside, in
+a builder process of its own, so a build holds up not even the calls to the index
+(``aside``, ADR 0027). Several processes reach it at once: its owner, which writes,
 and any number of readers (``remote.SocketVectorIndex``: the query processes).
 
 The index process opens the shard, serves it on a Unix socket in the data directory (``wire``:
 its owner's only), then answers ``("ok", None)`` on its stdout (or ``("error", exception)``
 if the shard could not be opened). Its stdin is its owner's lifeline: the process closes the
 shard (flushing it) and exits when its stdin ends, on SIGTERM, and when its owner dies; unless
-its owner said goodbye first, it is given ``ORPHAN_GRACE_SECONDS`` for that. Calls
-are answered one at a time, whichever connection they come on (the engine runs one at a time
-anyway).
+its owner said goodbye first, it is given ``ORPHAN_GRACE_SECONDS`` for that. Each
+connection's calls are answered in its own thread; the index orders them.
 """
 
 import contextlib
@@ -180,12 +179,14 @@ class ProcessVectorIndex(ForwardedVectorIndex):
 
 
 class _Server:
-    """Answers calls on every connection, one call at a time, until stopped."""
+    """Answers calls on every connection, each in its connection's thread, until stopped: the
+    index orders them itself, and a read need not wait for a write held up by a build's copy."""
 
     def __init__(self, index: VectorIndex, listener: socket.socket) -> None:
         self._index = index
         self._listener = listener
-        self._lock = threading.Lock()
+        self._calls = threading.Condition()
+        self._under_way = 0
         self._stopped = False
 
     def accept(self) -> None:
@@ -198,10 +199,11 @@ class _Server:
                              daemon=True).start()
 
     def stop(self) -> None:
-        """Take no more calls (the one under way ends first)."""
-        with self._lock:
+        """Take no more calls, and let those under way end first."""
+        with self._calls:
             self._stopped = True
             self._listener.close()
+            self._calls.wait_for(lambda: self._under_way == 0, timeout=60)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
@@ -215,13 +217,18 @@ class _Server:
     def _answer(self, method: str, args: tuple[Any, ...]) -> tuple[str, Any]:
         if method not in wire.CALLS:
             return "error", ValueError(f"not a vector index call: {method!r}")
-        with self._lock:
+        with self._calls:
             if self._stopped:
                 return "error", VectorProcessEnded("the vector index process is stopping")
-            try:
-                return "ok", getattr(self._index, method)(*args)
-            except Exception as error:  # the caller's error, raised in the caller
-                return "error", error
+            self._under_way += 1
+        try:
+            return "ok", getattr(self._index, method)(*args)
+        except Exception as error:  # the caller's error, raised in the caller
+            return "error", error
+        finally:
+            with self._calls:
+                self._under_way -= 1
+                self._calls.notify_all()
 
 
 def _answer(answers: IO[bytes], kind: str, value: Any) -> None:
@@ -244,7 +251,7 @@ def _stop(signum: int, frame: object) -> NoReturn:
 
 def main(argv: list[str]) -> int:
     from memledger_platform import logs
-    from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
+    from memledger_platform.vectorindex.aside import AsideVectorIndex
 
     path, dims, level, fmt, address = argv
     lifeline, answers = sys.stdin.buffer, sys.stdout.buffer
@@ -254,7 +261,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)  # the owner died: close the shard, then exit
     logs.configure(level, "json" if fmt == "json" else "console" if fmt == "console" else "auto")
     try:
-        index = QdrantEdgeVectorIndex(Path(path), int(dims))
+        index = AsideVectorIndex(Path(path), int(dims))
     except Exception as error:
         _answer(answers, "error", error)
         return 1

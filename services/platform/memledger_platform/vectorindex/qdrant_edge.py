@@ -45,17 +45,22 @@ class ShardInUse(RuntimeError):
 
 
 class QdrantEdgeVectorIndex(VectorIndex):
-    def __init__(self, path: Path, dims: int, *, lock_seconds: float = LOCK_SECONDS) -> None:
+    """The shard at ``path``, held (``hold``) while open; ``locked=False``: its caller holds
+    it already (``aside.AsideVectorIndex``, which opens it again at each swap)."""
+
+    def __init__(self, path: Path, dims: int, *, lock_seconds: float = LOCK_SECONDS,
+                 locked: bool = True) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self._path, self._dims = str(path), dims
-        self._held = _hold(path, lock_seconds)
+        self._held = hold(path, lock_seconds) if locked else None
         try:
             # Load what is there, else create: falling back to create after any failed load
             # would bury the real error (an incompatible shard) under "path has segments".
             opened = qe.EdgeShard.load if any(path.iterdir()) else qe.EdgeShard.create
             self._shard = opened(self._path, _config(dims))
         except BaseException:
-            self._held.close()
+            if self._held is not None:
+                self._held.close()
             raise
         # Every call holds the GIL, so this lock costs no parallelism; it keeps callers off
         # the shard while an erasure reopens it.
@@ -145,6 +150,11 @@ class QdrantEdgeVectorIndex(VectorIndex):
         with self._lock:
             return int(self._shard.count(qe.CountRequest(filter=None, exact=True)))
 
+    def indexed(self) -> int:
+        """How many vectors are in an HNSW graph (the rest are searched one by one)."""
+        with self._lock:
+            return int(self._shard.info().indexed_vectors_count)
+
     def optimize(self) -> None:
         """Build the HNSW graph for what was added (search is exact until then)."""
         with self._lock:
@@ -159,7 +169,8 @@ class QdrantEdgeVectorIndex(VectorIndex):
                 self._shard.flush()
                 self._shard.close()
             finally:
-                self._held.close()  # the shard's files are let go of: another may open them
+                if self._held is not None:  # the files are let go of: another may open them
+                    self._held.close()
 
     def _vacuum(self) -> None:
         """Rewrite every segment that holds a deleted point, so erased payloads leave the
@@ -263,7 +274,7 @@ def _condition(c: Condition) -> qe.FieldCondition:
     return qe.FieldCondition(key=c.key, range=bound)
 
 
-def _hold(path: Path, seconds: float) -> IO[bytes]:
+def hold(path: Path, seconds: float) -> IO[bytes]:
     """An exclusive lock on the shard at ``path`` (on ``<path>.lock`` beside it), waiting up to
     ``seconds`` for another holder. Edge takes none, and two processes writing one shard would
     corrupt it: a query service started again can open it while the index process of the one

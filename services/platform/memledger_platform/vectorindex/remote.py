@@ -2,8 +2,8 @@
 service owns (``process.ProcessVectorIndex``), reached over its socket (``wire``).
 
 Any number of processes connect to it at once: every query replica reads the one shard the
-vector projector writes. The index process answers one call at a time, as the engine runs one
-at a time anyway.
+vector projector writes. The index process answers each connection in a thread of its own; the
+engine still runs one call at a time.
 """
 
 import socket

@@ -81,7 +81,7 @@ from memledger_schemas.api.vectors import SUMMARY_PATH, VectorSummary
 _QUERY_CACHE = 2_048
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SEARCH_THREADS = 4
-"""Searches and context packs answered at once (the vector index takes one call at a time;
+"""Searches and context packs answered at once (the vector index's engine runs one call at a time;
 the rest of a search, ranking and feedback lookups, runs beside it)."""
 P = ParamSpec("P")
 T = TypeVar("T")
