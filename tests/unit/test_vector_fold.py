@@ -90,6 +90,16 @@ def later(position: int, event_type: str, payload: dict[str, Any], *,
                     recorded=at(2025, position), valid_from=valid_from, valid_to=valid_to)
 
 
+def fold_batch(fold: VectorFold, index: InMemoryVectorIndex,
+               documents: Iterable[dict[str, Any]]) -> None:
+    """Fold ``documents`` and write what they made, as the consumer does after each batch."""
+    for document in documents:
+        fold.apply(decode(document))
+    upserts, gone = fold.take()
+    index.upsert(upserts)
+    index.delete(gone)
+
+
 class Projected:
     """An index and the fold that fills it, written after each batch as the consumer does."""
 
@@ -98,11 +108,7 @@ class Projected:
         self.fold = VectorFold(self.index.points, MODEL, **options)
 
     def apply(self, *documents: dict[str, Any]) -> "Projected":
-        for document in documents:
-            self.fold.apply(decode(document))
-        upserts, gone = self.fold.take()
-        self.index.upsert(upserts)
-        self.index.delete(gone)
+        fold_batch(self.fold, self.index, documents)
         return self
 
     def points(self, item: str = ALICE) -> list[IndexedPoint]:

@@ -9,7 +9,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memledger_platform.events import decode
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import IndexedPoint
@@ -27,6 +26,7 @@ from tests.unit.test_vector_fold import (
     at,
     embedded,
     envelope,
+    fold_batch,
     histories,
     history,
     project,
@@ -54,11 +54,7 @@ class Counted:
         return self.index.vectors(point_ids)
 
     def apply(self, *documents: dict[str, Any]) -> "Counted":
-        for document in documents:
-            self.fold.apply(decode(document))
-        upserts, gone = self.fold.take()
-        self.index.upsert(upserts)
-        self.index.delete(gone)
+        fold_batch(self.fold, self.index, documents)
         return self
 
     def snapshot(self, items: Sequence[str] = ITEMS) -> Snapshot:

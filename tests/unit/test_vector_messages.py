@@ -22,6 +22,7 @@ from memledger_platform.vectorindex.port import (
 from memledger_platform.vectorindex.sparse import encode_query
 from memledger_vectors.fold import VectorFold
 from memledger_vectors.messages import point_id_of
+from tests.unit.test_vector_fold import fold_batch
 
 TENANT, SPACE, MODEL = "acme", "notes", HashingEmbedder.model_id
 SESSION = "0190a000-0000-7000-8000-0000000000c1"
@@ -71,11 +72,7 @@ class Projected:
         self.fold = VectorFold(self.index.points, MODEL, sessions=self.index.session_messages)
 
     def apply(self, *documents: dict[str, Any]) -> "Projected":
-        for document in documents:
-            self.fold.apply(decode(document))
-        upserts, gone = self.fold.take()
-        self.index.upsert(upserts)
-        self.index.delete(gone)
+        fold_batch(self.fold, self.index, documents)
         return self
 
     def point(self, message: str = HELLO) -> IndexedPoint:
