@@ -126,19 +126,20 @@ async def test_a_position_already_recorded_answers_at_once_even_with_no_time_to_
 
 # --- woken by the vector projector's notices ------------------------------------------------
 
-async def _listening(progress: IndexProgress, recorded: Recorded) -> None:
-    """``progress`` as ``WrittenNotices.follow`` leaves it once listening: the first look
+async def _listening(*, exact: bool = True) -> tuple[Recorded, IndexProgress]:
+    """A progress at 3 as ``WrittenNotices.follow`` leaves it once listening: the first look
     reads what was announced before anyone listened."""
+    recorded = Recorded(3)
+    progress = IndexProgress(recorded.read, exact=exact)
     progress.heard(None)
     assert await progress.reached() == recorded.position
+    return recorded, progress
 
 
 async def test_a_notice_wakes_a_waiting_search_without_a_read(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read)
-    await _listening(progress, recorded)
+    recorded, progress = await _listening()
     reads = recorded.reads
     waiting = asyncio.create_task(progress.wait_for(8, 30.0))
     await asyncio.sleep(0)
@@ -152,9 +153,7 @@ async def test_a_notice_wakes_a_waiting_search_without_a_read(
 async def test_a_lost_notice_is_covered_by_the_slow_poll(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 0.01)
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read)
-    await _listening(progress, recorded)
+    recorded, progress = await _listening()
     waiting = asyncio.create_task(progress.wait_for(8, 30.0))
     recorded.position = 8  # recorded, its notice never heard
     assert await waiting
@@ -163,9 +162,7 @@ async def test_a_lost_notice_is_covered_by_the_slow_poll(
 async def test_while_notices_are_heard_a_waiting_search_reads_only_at_the_slow_poll(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read)
-    await _listening(progress, recorded)
+    recorded, progress = await _listening()
     reads = recorded.reads
     # Polling every POLL_SECONDS, as without notices, would read it ~20 times.
     assert not await progress.wait_for(8, 0.1)
@@ -175,9 +172,7 @@ async def test_while_notices_are_heard_a_waiting_search_reads_only_at_the_slow_p
 async def test_a_search_that_stops_hearing_notices_polls_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read)
-    await _listening(progress, recorded)
+    recorded, progress = await _listening()
     waiting = asyncio.create_task(progress.wait_for(8, 30.0))
     await asyncio.sleep(0)
     progress.lost()  # wakes it: it polls every POLL_SECONDS from now on
@@ -190,9 +185,7 @@ async def test_a_search_that_stops_hearing_notices_polls_again(
 async def test_a_timed_out_wait_is_dropped_and_later_notices_read_nothing_for_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_progress, "NOTICED_POLL_SECONDS", 3600.0)
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read, exact=False)  # each notice makes a waiter read
-    await _listening(progress, recorded)
+    recorded, progress = await _listening(exact=False)  # each notice makes a waiter read
     assert not await progress.wait_for(10**9, 0.02)
     reads = recorded.reads
     progress.heard(5)
@@ -203,9 +196,7 @@ async def test_a_timed_out_wait_is_dropped_and_later_notices_read_nothing_for_it
 async def test_a_partitions_notice_wakes_the_waiters_to_read_its_reach() -> None:
     """A partition's recorded position runs on through the log past what it wrote, so its
     notice is a lower bound: the waiter reads the reach at once."""
-    recorded = Recorded(3)
-    progress = IndexProgress(recorded.read, exact=False)
-    await _listening(progress, recorded)
+    recorded, progress = await _listening(exact=False)
     waiting = asyncio.create_task(progress.wait_for(9, 30.0))
     await asyncio.sleep(0)
     reads = recorded.reads
