@@ -1,7 +1,7 @@
 """``VectorIndex`` on Qdrant Edge whose HNSW graph is built aside, off the serving path.
 
 Edge's ``optimize`` rebuilds the graph of the whole shard and holds the GIL while it runs, so
-an index process that ran it in place answered nothing for seconds (ADR 0027). Here
+an index process that ran it in place answered nothing for seconds (ADR 0022). Here
 ``optimize`` starts a build and returns:
 
 1. the shard is flushed and copied to ``<path>.build`` (writes wait meanwhile, reads do not);

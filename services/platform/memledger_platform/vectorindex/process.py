@@ -4,7 +4,7 @@ Every Edge call holds the GIL. In an API process that froze every request meanwh
 Here the shard lives in a process of its own, which its owner (the vectors service) starts;
 callers only wait on a socket (without the GIL); and the shard's HNSW graph is built aside, in
 a builder process of its own, so a build holds up not even the calls to the index
-(``aside``, ADR 0027). Several processes reach it at once: its owner, which writes,
+(``aside``, ADR 0022). Several processes reach it at once: its owner, which writes,
 and any number of readers (``remote.SocketVectorIndex``: the query processes).
 
 The index process opens the shard, serves it on a Unix socket in the data directory (``wire``:
