@@ -45,7 +45,7 @@ def test_a_subordinator_before_a_clause_or_noun_phrase_is_an_event_relative_expr
     "Have we met before?", "It worked out after all.", "What did we do after that?",
     "What happened before then?", "Since you like hiking, which trail should I try?",
     "I have been here since it is quiet", "When did she move?",
-    "When Jon has lost his job as a banker?", "Since when do you work here?",
+    "When Sam has lost his job as a pilot?", "Since when do you work here?",
     "Who will look after the kids?", "She was named after her grandmother",
     "Can I rest for a while?", "What did she do before May 2023?",
     "What changed after last week?", "Who won before 2020?", "What is the plan?",

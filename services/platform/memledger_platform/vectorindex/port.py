@@ -206,7 +206,7 @@ class VectorIndex(ABC):
 def message_text(participant: str | None, content: str) -> str:
     """A message as a reader sees it, ``"<participant>: <content>"`` (the content alone when
     nobody is named): what of a message is indexed and embedded. A question names the person
-    ("what did Caroline research?"), the message that answers it is hers but rarely says so."""
+    ("what did Ada research?"), the message that answers it is hers but rarely says so."""
     return f"{participant}: {content}" if participant else content
 
 

@@ -106,7 +106,7 @@ def _subordinates(tokens: Sequence[str], at: int) -> bool:
     after = tokens[at + 1].lower() if at + 1 < len(tokens) else ""
     if word == "when" and (at == 0 or before in _BOUNDARY) and not _clause_then_comma(tokens,
                                                                                      at):
-        return False  # the question word: "When did she move?", "When Jon lost his job?"
+        return False  # the question word: "When did she move?", "When Sam lost his job?"
     if word in ("when", "since") and (after in _AUXILIARIES or after == "when"):
         return False  # "what did she say when did...", "since when"
     if word == "while" and before in _WHILE_AS_NOUN:
