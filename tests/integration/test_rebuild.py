@@ -263,22 +263,6 @@ async def test_an_unappliable_event_in_the_fold_workers_part_stops_the_rebuild_a
     assert schema.live_version(conn, names) == 1
 
 
-@pytest.mark.parametrize("to_worker", [False, True], ids=["rebuild", "fold worker"])
-async def test_a_change_log_line_the_server_refuses_stops_the_rebuild_and_says_why(
-        conn: psycopg.Connection[Any], event_store: PostgresEventStore,
-        live: schema.Names, to_worker: bool) -> None:
-    # The change log is streamed as the fold goes: a line refused then (jsonb holds no NUL)
-    # stops the rebuild on either side of a parallel fold, the live version kept.
-    names = live
-    event_store.append([_memory("memory.asserted", _stream(to_worker=to_worker), {
-        "item_id": str(uuid7()), "kind": "fact", "content": "a\u0000b"})])
-
-    with pytest.raises(rebuild.RebuildStopped, match="Unicode escape"):
-        rebuild.rebuild(conn, event_store, names, parallel=True)
-
-    assert schema.live_version(conn, names) == 1
-
-
 async def test_the_fold_worker_opens_its_sealed_items_with_the_keys_it_asks_for(
         conn: psycopg.Connection[Any], event_store: PostgresEventStore,
         live: schema.Names) -> None:
