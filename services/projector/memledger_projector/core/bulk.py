@@ -2,22 +2,20 @@
 empty projection schema, in the caller's transaction.
 
 Every table but the change log is one COPY once the fold is complete (a row is final only
-then). The change log's rows are final as soon as their events are folded: each batch's lines
-are streamed into a COPY on a connection of its own while the fold goes on, so the server
-parses them meanwhile rather than in the index phase, after the fold. Used by the rebuild
-itself and by its fold worker (``fold_worker``), each on its own connections and its own part
-of the log.
+then). The change log's lines are made as the fold goes, and kept: the rebuild COPYs them
+later, on a connection of its own, while its main connection builds the item indexes (the
+fold keeps both cores busy; the index phase leaves one idle). Used by the rebuild itself and
+by its fold worker (``fold_worker``), each on its own connection and its own part of the log.
 """
 
 import gc
+import heapq
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import Connection
-from psycopg.copy import QueuedLibpqWriter
 
 from memledger_platform.events import VECTOR, decode
 from memledger_platform.logshare import Record
@@ -28,8 +26,8 @@ from memledger_projector.core.readahead import Pages, read_ahead
 Open = Callable[[dict[str, Any]], dict[str, Any]]
 """Opens the sealed fields of a parsed event document (``crypto.Opener``)."""
 
-Changes = Callable[[bytes], None]
-"""Where a fold's change-log lines go, a batch's at a time (``change_log``)."""
+ChangeLog = list[tuple[int, bytes]]
+"""Change-log lines, one chunk per folded batch, with the position of its first event."""
 
 
 class RebuildStopped(Exception):
@@ -51,22 +49,25 @@ class Loader:
                  ) -> None:
         self.conn, self.target, self.opener = conn, target, opener
         self.projection = Projection(keep_changes=False)
+        self.change_log: ChangeLog = []
+        """The change log's lines of the batches folded so far."""
         self.reached = 0
         """The last position of the batches folded so far (whichever part of them)."""
 
-    def fold(self, first: int, last: int, records: Sequence[Record]) -> bytes:
+    def fold(self, first: int, last: int, records: Sequence[Record]) -> None:
         """Fold ``records`` (part or all of the batch of positions ``first``..``last``, in
-        position order); their change-log lines."""
+        position order) and make their change-log lines."""
         try:
             events = [decode(data, position=position, recorded_at=at, opener=self.opener,
                              skip=VECTOR) for position, at, data in records]
             for event in events:
                 self.projection.apply(event)
-            lines = b"".join([copytext.change_line(e) for e in events])
+            if events:
+                self.change_log.append(
+                    (events[0].position, b"".join([copytext.change_line(e) for e in events])))
         except Exception as error:
             raise RebuildStopped(first, last, error) from error
         self.reached = last
-        return lines
 
     def item_keys(self) -> set[Key]:
         """The items this part holds, to check two parts never fold the same item."""
@@ -91,34 +92,28 @@ class Loader:
         self.projection = Projection(keep_changes=False)
 
 
-@contextmanager
-def change_log(conn: Connection[Any], target: str, reached: Callable[[], int]
-               ) -> Iterator[Changes]:
-    """A COPY into ``target``'s change log over ``conn`` (in its current transaction), open
-    for the block: lines written to it are sent by a thread of psycopg's, so the fold does
-    not wait for the server to take them. A line the server refuses stops the rebuild
-    (``reached``: the last position folded by then)."""
-    try:
-        with copytext.copy_into(conn, target, "changes", copytext.CHANGE_COLUMNS,
-                                writer=QueuedLibpqWriter) as copy:
-            yield copy.write
-    except psycopg.Error as error:  # the server refused a line (the error says which)
-        raise RebuildStopped(1, reached(), error) from error
+def write_change_log(conn: Connection[Any], target: str, *parts: ChangeLog) -> None:
+    """COPY the change-log lines of ``parts`` (each a ``Loader.change_log``) into ``target``,
+    in ``conn``'s current transaction: chunk by chunk in position order, so the table's rows
+    lie about in the order a feed reads them."""
+    chunks = heapq.merge(*parts, key=lambda chunk: chunk[0])
+    with copytext.copy_into(conn, target, "changes", copytext.CHANGE_COLUMNS) as copy:
+        for _, lines in chunks:
+            copy.write(lines)
 
 
-def fold_pages(loader: Loader, pages: Pages, changes: Changes,
+def fold_pages(loader: Loader, pages: Pages,
                seen: Callable[[list[Record]], None] | None = None
                ) -> tuple[int, tuple[int, datetime] | None]:
-    """Fold the pages of a log (read a page ahead), each handed to ``seen`` first, and write
-    their change-log lines to ``changes``; return how many events, and the last one's
-    position and time (``None``: there were none)."""
+    """Fold the pages of a log (read a page ahead), each handed to ``seen`` first; return how
+    many events, and the last one's position and time (``None``: there were none)."""
     count, last = 0, None
     with read_ahead(pages) as batches:
         for batch in batches:
             if seen is not None:
                 seen(batch)
             last = batch[-1]
-            changes(loader.fold(batch[0][0], last[0], batch))
+            loader.fold(batch[0][0], last[0], batch)
             count += len(batch)
     return count, (last[0], last[1]) if last is not None else None
 

@@ -5,7 +5,7 @@ The big tables get line builders of their own: bytes formatting, escaping only w
 free (ids, slugs, positions and ISO times never hold a tab or a backslash).
 """
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 from psycopg import Connection, Copy, sql
-from psycopg.copy import Writer
 from psycopg.types.json import Jsonb
 
 from memledger_platform.events import Event
@@ -35,15 +34,13 @@ _dumps = orjson.dumps
 
 
 @contextmanager
-def copy_into(conn: Connection[Any], s: str, table: str, columns: Sequence[str],
-              writer: Callable[[Any], Writer] | None = None) -> Iterator[Copy]:
+def copy_into(conn: Connection[Any], s: str, table: str, columns: Sequence[str]
+              ) -> Iterator[Copy]:
     """An open ``COPY s.table (columns) FROM STDIN``: write lines to it as they are made, so
-    the server parses them while the caller goes on. ``writer``: how psycopg sends them (made
-    from the cursor; by default, in the caller's thread)."""
+    the server parses them while the caller goes on."""
     query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
         sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
-    with conn.cursor() as cur, cur.copy(
-            query, writer=writer(cur) if writer is not None else None) as copy:
+    with conn.cursor() as cur, cur.copy(query) as copy:
         yield copy
 
 

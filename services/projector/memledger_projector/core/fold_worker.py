@@ -8,19 +8,19 @@ the rebuild's is every other event. Each process reads only its own share (the s
 filters it), so neither reads, nor passes on, the other's. Both COPY into the same empty
 tables (disjoint rows, so neither waits for the other) once they have checked that no item
 was folded by both; if one was (a log whose stream ids do not follow items), the rebuild
-folds everything itself instead. The change log's lines go in sooner, as each process folds
-them (``bulk.change_log``), in the transaction that writes its other rows: kept, or rolled
-back, with them.
+folds everything itself instead. The change log is the exception: the worker hands its lines
+to the rebuild, which writes both shares' while it builds the other tables' indexes.
 
 Protocol, pickled over the worker's stdin and stdout (a pipe of the rebuild's own): the
 rebuild sends ``(conninfo, schema, log, share, until, sealed, key_pipes)``; the worker folds
 its share up to position ``until`` and answers ``("stopped", first, last, error)`` or
 ``("folded", item_keys, only_items, count, last)`` (``last``: the position and time of its
 last event, or ``None``); then the rebuild sends ``True`` (write and commit) or ``False``
-(roll back), answered by ``("done",)``. Any other failure is answered by
-``("failed", error)``. Meanwhile, if the log is sealed, the worker asks for the keys of the
-sealed fields it meets over a second pair of pipes (``key_pipes``), each key once, and the
-rebuild's key thread answers with the keys (``None``: destroyed), or with an error as text.
+(roll back), answered by ``("done", change_log)`` (its share's change-log lines; empty if
+rolled back). Any other failure is answered by ``("failed", error)``. Meanwhile, if the log
+is sealed, the worker asks for the keys of the sealed fields it meets over a second pair of
+pipes (``key_pipes``), each key once, and the rebuild's key thread answers with the keys
+(``None``: destroyed), or with an error as text.
 """
 
 import os
@@ -41,9 +41,9 @@ from memledger_platform.logshare import Address, Record, StreamShare, read_share
 from memledger_platform.readmodel.projection import Key
 from memledger_projector.core import store
 from memledger_projector.core.bulk import (
+    ChangeLog,
     Loader,
     RebuildStopped,
-    change_log,
     cycle_collector_paused,
     fold_pages,
 )
@@ -104,10 +104,13 @@ class FoldWorker:
         """Have the worker write its rows and commit (``write``), or roll back."""
         self._send(write)
 
-    def done(self) -> None:
-        """Wait until the worker has committed (or rolled back)."""
-        self._receive()
+    def done(self) -> ChangeLog:
+        """Wait until the worker has committed (or rolled back); the change-log lines of its
+        share (``Loader.change_log``), which it leaves to the rebuild to write."""
+        reply = self._receive()
         self._done = True
+        change_log: ChangeLog = reply[1]
+        return change_log
 
     def close(self) -> None:
         """Let the worker exit once done, in its own time (giving its memory back takes it a
@@ -233,12 +236,10 @@ def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Key
           requests: IO[bytes], reply: Callable[..., None]) -> None:
     ciphers: Ciphers = {}  # keys are served once (``_Keys``): their ciphers are made once too
     opener = (lambda d: open_document(d, keys.key, ciphers)) if keys is not None else None
-    loader = Loader(conn, target, opener)
+    loader, written = Loader(conn, target, opener), False
     with conn.transaction():
         try:
-            with change_log(conn, target, lambda: loader.reached) as changes:
-                count, last = fold_pages(loader, share.after, changes,
-                                         keys.seen if keys else None)
+            count, last = fold_pages(loader, share.after, keys.seen if keys else None)
         except RebuildStopped as stopped:
             reply("stopped", stopped.first, stopped.last, repr(stopped.error))
             raise psycopg.Rollback from None
@@ -246,7 +247,8 @@ def _load(conn: psycopg.Connection[Any], target: str, share: _Share, keys: "_Key
         if not _read(requests):
             raise psycopg.Rollback
         loader.write()
-    reply("done")  # committed (or rolled back): its rows are in, or none of them
+        written = True
+    reply("done", loader.change_log if written else [])  # committed: its rows are in
 
 
 class _Keys:

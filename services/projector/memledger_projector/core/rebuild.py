@@ -87,9 +87,9 @@ def rebuild(conn: Connection[Any], event_store: EventStore, names: schema.Names,
     log = _Log(event_store, opener)
     # The fold stays alive until released during the index phase: the cycle collector,
     # resumed before then, would traverse its millions of objects for nothing.
-    with _commits_unawaited(conn), _sibling(conn) as other, bulk.cycle_collector_paused():
-        loaded = _bulk(_Writers(conn, other), log, target, until, progress, parallel)
-        _add_indexes(conn, other, target, loaded)
+    with _commits_unawaited(conn), bulk.cycle_collector_paused():
+        loaded = _bulk(conn, log, target, until, progress, parallel)
+        _add_indexes(conn, target, loaded, until)
         if loaded.last is not None:  # the load is complete only now, change log included
             store.write_checkpoint(conn, target, *loaded.last)
         events = loaded.count + _fill(conn, log, target, until, progress)
@@ -121,84 +121,74 @@ def _sealed(event_store: EventStore) -> tuple[EventStore, Opener | None]:
 
 
 @dataclass(frozen=True)
-class _Writers:
-    """The rebuild's two connections to the new schema: ``conn`` writes the tables of the
-    fold, ``other`` the change log as the fold goes (then each builds indexes)."""
-
-    conn: Connection[Any]
-    other: Connection[Any]
-
-
-@dataclass(frozen=True)
 class _Loaded:
-    """What the bulk load wrote: how many events, folded in how many processes; the position
-    and time of the last event (``None``: there was none)."""
+    """What the bulk load wrote: how many events, folded in how many processes; the change
+    log's lines, one part per process (written with the indexes); the position and time of
+    the last event (``None``: there was none)."""
 
     count: int
     processes: int
+    change_log: tuple[bulk.ChangeLog, ...]
     last: tuple[int, datetime] | None
     loader: bulk.Loader
     """This process' fold, written: to release while the server builds the indexes."""
 
 
-def _bulk(writers: _Writers, log: _Log, target: str, until: int,
+def _bulk(conn: Connection[Any], log: _Log, target: str, until: int,
           progress: Progress | None, parallel: bool, limit: int = BULK_EVENTS) -> _Loaded:
     """Fold the log up to position ``until`` (``limit`` at most) in memory and load it into
-    the empty ``target`` (no per-batch reads or updates; indexes come after), the change log
-    as the fold goes. ``parallel``: with a fold worker reading and folding its share of the
-    memory items."""
+    the empty ``target`` (no per-batch reads or updates; indexes come after), all but the
+    change log. ``parallel``: with a fold worker reading and folding its share of the memory
+    items."""
     until = min(until, limit)
     if parallel and isinstance(log.store, PostgresEventStore):
-        loaded = _bulk_in_two(writers, log.store, log.opener, target, until, progress)
+        loaded = _bulk_in_two(conn, log.store, log.opener, target, until, progress)
         if loaded is not None:
             return loaded
-    return _bulk_in_one(writers, log, target, until, progress)
+    return _bulk_in_one(conn, log, target, until, progress)
 
 
-def _bulk_in_one(writers: _Writers, log: _Log, target: str, until: int,
+def _bulk_in_one(conn: Connection[Any], log: _Log, target: str, until: int,
                  progress: Progress | None) -> _Loaded:
     def pages(after: int) -> list[Record]:
         return [(e.position, e.recorded_at, e.data)
                 for e in log.store.read_all(after, PAGE) if e.position <= until]
 
-    loader = bulk.Loader(writers.conn, target, log.opener)
-    with writers.conn.transaction(), writers.other.transaction(), _stopping(loader):
-        with bulk.change_log(writers.other, target, lambda: loader.reached) as changes:
-            count, last = _fold_log(loader, pages, changes, until, progress)
+    loader = bulk.Loader(conn, target, log.opener)
+    with conn.transaction(), _stopping(loader):
+        count, last = _fold_log(loader, pages, until, progress)
         loader.write()
-    return _Loaded(count, 1, last, loader)
+    return _Loaded(count, 1, (loader.change_log,), last, loader)
 
 
-def _bulk_in_two(writers: _Writers, log: PostgresEventStore, opener: Opener | None,
+def _bulk_in_two(conn: Connection[Any], log: PostgresEventStore, opener: Opener | None,
                  target: str, until: int, progress: Progress | None) -> _Loaded | None:
     """Like ``_bulk_in_one``, with a worker process reading, folding and writing its share
     of the log meanwhile. ``None`` (nothing written) if an item turned up on both sides (its
     events were not all in one stream)."""
-    conn = writers.conn
     keys = opener.keys if opener is not None else None
     worker = FoldWorker(_conninfo(conn), target, log.address(), WORKER_SHARE, until, keys)
     mine = WORKER_SHARE.other()
     loader = bulk.Loader(conn, target, opener)
     try:
-        with conn.transaction() as written, writers.other.transaction(), _stopping(loader):
+        with conn.transaction(), _stopping(loader):
             try:
-                with bulk.change_log(writers.other, target, lambda: loader.reached) as changes:
-                    count, last = _fold_log(
-                        loader, lambda after: log.read_share(after, until, PAGE, mine),
-                        changes, until, progress)
+                count, last = _fold_log(
+                    loader, lambda after: log.read_share(after, until, PAGE, mine), until,
+                    progress)
             except RebuildStopped as stopped:
                 raise _earliest(stopped, worker) from stopped.__cause__
             folded = worker.finish()
             if not _apart(folded, loader):
                 worker.conclude(write=False)
-                raise psycopg.Rollback(written)  # and the change log's lines with it
+                raise psycopg.Rollback
             worker.conclude(write=True)
             loader.write()  # meanwhile the worker writes its rows (no two rows are the same)
-            worker.done()  # committed
+            theirs = worker.done()  # committed
             last = max(filter(None, (last, folded.last)), default=None)
             if last is not None and progress is not None:
                 progress(last[0], until)
-            return _Loaded(count + folded.count, 2, last, loader)
+            return _Loaded(count + folded.count, 2, (loader.change_log, theirs), last, loader)
     finally:
         worker.close()
     return None
@@ -209,14 +199,14 @@ def _apart(folded: Folded, loader: bulk.Loader) -> bool:
     return folded.only_items and folded.item_keys.isdisjoint(loader.item_keys())
 
 
-def _fold_log(loader: bulk.Loader, pages: Pages, changes: bulk.Changes, until: int,
-              progress: Progress | None) -> tuple[int, tuple[int, datetime] | None]:
+def _fold_log(loader: bulk.Loader, pages: Pages, until: int, progress: Progress | None
+              ) -> tuple[int, tuple[int, datetime] | None]:
     """Fold the pages of the log, reporting each page's last position to ``progress``."""
     def seen(page: list[Record]) -> None:
         if progress is not None:
             progress(page[-1][0], until)
 
-    return bulk.fold_pages(loader, pages, changes, seen)
+    return bulk.fold_pages(loader, pages, seen)
 
 
 def routed_to_worker(stream_id: UUID, event_type: str) -> bool:
@@ -248,18 +238,27 @@ def _stopping(loader: bulk.Loader) -> Iterator[None]:
         raise RebuildStopped(1, loader.reached, error) from error
 
 
-def _add_indexes(conn: Connection[Any], other: Connection[Any], target: str,
-                 loaded: _Loaded) -> None:
-    """Build ``item_versions``' index and no-overlap constraint (the longest: it checks
-    every current row) on this connection, and every other table's indexes on ``other``
-    meanwhile: two server processes. The fold is released meanwhile too, while this thread
-    only waits for the server."""
-    rest = [t for t in schema.INDEXED if t != "item_versions"]
-    with ThreadPoolExecutor(2, "rebuild-index") as pool:
-        others = pool.submit(schema.add_indexes, other, target, rest)
+def _add_indexes(conn: Connection[Any], target: str, loaded: _Loaded, until: int) -> None:
+    """Write the change log and build its indexes on a second connection, while this one
+    builds the other tables' indexes and the no-overlap constraint: two server processes,
+    and the second would otherwise have been idle (the constraint takes the longest). The
+    fold is released meanwhile too, while this thread only waits for the server."""
+    rest = [t for t in schema.INDEXED if t != "changes"]
+    with _sibling(conn) as other, ThreadPoolExecutor(2, "rebuild-index") as pool:
+        log = pool.submit(_write_change_log, other, target, loaded.change_log, until)
         pool.submit(loaded.loader.release)
-        schema.add_indexes(conn, target, ("item_versions",))
-        others.result()
+        schema.add_indexes(conn, target, rest)
+        log.result()
+
+
+def _write_change_log(conn: Connection[Any], target: str,
+                      change_log: tuple[bulk.ChangeLog, ...], until: int) -> None:
+    try:
+        with conn.transaction():
+            bulk.write_change_log(conn, target, *change_log)
+    except psycopg.Error as error:  # the server refused a line (the error says which)
+        raise RebuildStopped(1, until, error) from error
+    schema.add_indexes(conn, target, ("changes",))
 
 
 def _sibling(conn: Connection[Any]) -> Connection[Any]:
