@@ -138,7 +138,8 @@ class Commands(Handling):
         try:
             results = await self._writer.submit(sent.tenant, [sent.command], actor=sent.actor,
                                                 traceparent=(msg.headers or {}).get(
-                                                    HDR_TRACEPARENT))
+                                                    HDR_TRACEPARENT),
+                                                background=sent.background)
         except (Rejected, DomainError) as error:
             return refused(error)
         except Exception as error:
@@ -185,7 +186,7 @@ class Commands(Handling):
                     f"nats-intake:{msg.metadata.sequence.stream}:{place}")
             command = _validated(name, body, ("commands", place))
             _raise(permission_refusal(_service(tenant), command, f"{path}."))
-            many.append(_Sent(tenant, command, command.actor or service_actor(service)))
+            many.append(_Sent(tenant, command, command.actor or service_actor(service), True))
         return many
 
     def _parse(self, msg: Msg) -> "_Sent":
@@ -204,7 +205,7 @@ class Commands(Handling):
         _raise(permission_refusal(_service(tenant), command))
         # A service may name whom it acts for (the query service: the key a search was
         # served to); the command stays as sent, so its idempotency record's hash does too.
-        return _Sent(tenant, command, command.actor or service_actor(service))
+        return _Sent(tenant, command, command.actor or service_actor(service), True)
 
     def _address(self, subject: str) -> tuple[str | None, str, str]:
         """``(service or None, tenant, command)`` of an intake subject."""
@@ -250,6 +251,9 @@ class _Sent:
     tenant: str
     command: CommandBase
     actor: str
+    background: bool = False
+    """Sent by one of memledger's services on its own subject (the writer gives a group's
+    share of these to clients' writes first)."""
 
 
 def _tenant_client(tenant: str) -> Principal:
