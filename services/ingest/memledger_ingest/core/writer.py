@@ -264,15 +264,10 @@ class GroupCommitWriter:
 
     def _next(self) -> _Unit | None:
         """The oldest background submission held back, else the next queued one (waiting)."""
-        return self._held() or self._queue.get()
-
-    def _held(self) -> _Unit | None:
-        """The oldest background submission held back, if any (``abandon`` may take the
-        last one between a look and a take)."""
         try:
             return self._deferred.popleft()
         except IndexError:
-            return None
+            return self._queue.get()
 
     def _drain(self, first: _Unit) -> tuple[list[_Unit], _Unit | None, bool]:
         """The next group: all that is queued, and (like PostgreSQL's commit_delay) up to
@@ -285,9 +280,8 @@ class GroupCommitWriter:
         background = int(first.background)
         deadline = time.monotonic() + self._linger
         while size < self._limits.max_group_events:
-            held = self._held() if background < self._background_share else None
-            if held is not None:
-                unit = held
+            if self._deferred and background < self._background_share:
+                unit = self._deferred.popleft()
             else:
                 wait = deadline - time.monotonic() if size < self._linger_below else 0.0
                 try:
@@ -311,8 +305,11 @@ class GroupCommitWriter:
         """On a stop: commit what is left (the unit carried over, the background held
         back), in groups within the bounds."""
         rest = [u for u in (carried,) if u is not None]
-        while (held := self._held()) is not None:
-            rest.append(held)
+        while self._deferred:
+            try:
+                rest.append(self._deferred.popleft())
+            except IndexError:  # abandoned meanwhile: failed there
+                break
         group: list[_Unit] = []
         for unit in rest:
             if group and (sum(u.size for u in group) + unit.size > self._limits.max_group_bytes
