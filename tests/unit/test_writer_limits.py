@@ -1,5 +1,4 @@
-"""The writer's bounds: a group's bytes, its share of background submissions, a commit's
-deadline, a stop that cannot wait."""
+"""The writer's bounds: a group's bytes, a commit's deadline, a stop that cannot wait."""
 
 import asyncio
 import threading
@@ -11,7 +10,7 @@ import httpx
 import pytest
 
 from memledger_ingest.core.commit_watch import CommitTimedOut, WriterStopping
-from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits, WriterTuning
+from memledger_ingest.core.writer import GroupCommitWriter, WriterLimits
 from memledger_ingest.entrypoints.http import create_app
 from memledger_ingest.entrypoints.problems import unavailable
 from memledger_platform.eventstore import Committed, IdempotencyRecord, Interrupted, NewEvent
@@ -61,9 +60,8 @@ class StuckStore(InMemoryEventStore):
 
 
 @contextmanager
-def running(store: InMemoryEventStore, limits: WriterLimits,
-            tuning: WriterTuning | None = None) -> Iterator[GroupCommitWriter]:
-    writer = GroupCommitWriter(store, limits=limits, tuning=tuning or WriterTuning())
+def running(store: InMemoryEventStore, limits: WriterLimits) -> Iterator[GroupCommitWriter]:
+    writer = GroupCommitWriter(store, limits=limits)
     writer.start()
     try:
         yield writer
@@ -102,88 +100,6 @@ async def test_a_submission_larger_than_the_byte_limit_commits_alone_and_whole()
         await asyncio.gather(blocker, *tasks)
 
     assert store.sizes == [1, 1, 4, 1]  # the blocker; the space; the four; the small one
-
-
-# --- background -----------------------------------------------------------------------------
-
-SHARE = WriterTuning(background_per_group=2)
-
-
-async def in_notes(writer: GroupCommitWriter, store: ScriptedStore) -> None:
-    """Make the space "notes", then hold the store's next append as it held its first."""
-    store.gate.set()
-    await writer.submit(TENANT, [space("notes")])
-    store.sizes.clear()
-    store.entered.clear()
-    store.gate.clear()
-
-
-async def queue_background(writer: GroupCommitWriter, count: int
-                           ) -> list["asyncio.Task[list[Any]]"]:
-    tasks = [asyncio.create_task(writer.submit(TENANT, [memory(content=f"derived {n}")],
-                                               background=True)) for n in range(count)]
-    await asyncio.sleep(0)
-    return tasks
-
-
-async def test_a_group_takes_its_share_of_background_submissions_and_every_clients() -> None:
-    store = ScriptedStore(hold_first=True)
-    with running(store, WriterLimits(), SHARE) as writer:
-        await in_notes(writer, store)
-        blocker = await hold_a_first_write(writer, store)
-        held = await queue_background(writer, 5)
-        clients = await queue_up(writer, [[memory(content=f"client {n}")] for n in range(3)])
-        store.gate.set()
-        await asyncio.gather(blocker, *held, *clients)
-
-    # the blocker; two background and the three clients; then the held back, two at a time
-    assert store.sizes == [1, 5, 2, 1]
-
-
-async def test_background_submissions_held_back_commit_in_the_order_they_came() -> None:
-    store = ScriptedStore(hold_first=True)
-    with running(store, WriterLimits(), SHARE) as writer:
-        await in_notes(writer, store)
-        blocker = await hold_a_first_write(writer, store)
-        held = await queue_background(writer, 7)
-        store.gate.set()
-        await blocker
-        results = await asyncio.gather(*held)
-
-    positions = [r[0].positions[0] for r in results]
-    assert positions == sorted(positions)
-
-
-async def test_a_stop_commits_the_background_submissions_held_back() -> None:
-    store = ScriptedStore(hold_first=True)
-    writer = GroupCommitWriter(store, tuning=SHARE)
-    writer.start()
-    await in_notes(writer, store)
-    blocker = await hold_a_first_write(writer, store)
-    held = await queue_background(writer, 6)
-
-    store.gate.set()
-    await asyncio.to_thread(writer.stop)
-    results = await asyncio.gather(blocker, *held)
-
-    assert len(results) == 7
-    assert store.max_position() == 8
-
-
-async def test_a_stop_that_cannot_wait_fails_the_background_held_back() -> None:
-    store = StuckStore(heeds_interrupt=False)
-    writer = GroupCommitWriter(store, limits=WriterLimits(commit_timeout_seconds=60),
-                               tuning=SHARE)
-    writer.start()
-    stuck = asyncio.create_task(writer.submit(TENANT, [space("first")]))
-    await entered(store)
-    held = await queue_background(writer, 4)
-
-    await asyncio.to_thread(writer.stop, 0.2)
-    outcomes = await asyncio.gather(stuck, *held, return_exceptions=True)
-    store.release.set()
-
-    assert all(isinstance(o, WriterStopping) for o in outcomes), outcomes
 
 
 # --- deadline -------------------------------------------------------------------------------

@@ -8,15 +8,11 @@ version or idempotency key meanwhile, the cached states are dropped and each sub
 group is retried on its own, so only a real conflict is refused.
 
 A group is bounded by commands and by bytes (a submission larger than the byte bound commits
-alone: it is atomic), and takes a bounded number of *background* submissions (memledger's own
-services': embeddings, lifecycle decisions), the rest waiting in order for the next groups, so a
-client's write never commits behind a service's whole backlog. Each commit attempt has a
-deadline (``commit_watch``): one past it fails its callers with a retryable error, and the
-writer goes on with the next group.
+alone: it is atomic). Each commit attempt has a deadline (``commit_watch``): one past it fails
+its callers with a retryable error, and the writer goes on with the next group.
 """
 
 import asyncio
-import collections
 import logging
 import queue
 import random
@@ -97,9 +93,6 @@ class _Unit:
     """Each command's JSON: its request hash, and its size."""
     size: int
     """The commands' JSON size in bytes: about what the unit adds to a group's commit."""
-    background: bool = False
-    """Sent by one of memledger's services, which nobody waits on as a client waits for an
-    acknowledgement."""
 
 
 @dataclass(frozen=True)
@@ -114,13 +107,12 @@ class WriterLimits:
 @dataclass(frozen=True)
 class WriterTuning:
     """How groups form and what the writer keeps between them: a group of fewer than
-    ``linger_below`` units waits up to ``linger_seconds`` for more; a group takes up to
-    ``background_per_group`` background submissions; ``cache_size`` streams' states are kept; a
-    command may name a valid time up to ``clock_skew_seconds`` ahead of the clock."""
+    ``linger_below`` units waits up to ``linger_seconds`` for more; ``cache_size`` streams'
+    states are kept; a command may name a valid time up to ``clock_skew_seconds`` ahead of
+    the clock."""
 
     linger_seconds: float = 0.002
     linger_below: int = 16
-    background_per_group: int = 16
     cache_size: int = 200_000
     clock_skew_seconds: float = 300.0
 
@@ -165,10 +157,6 @@ class GroupCommitWriter:
         self._clock = clock or SystemClock()
         self._linger = tuning.linger_seconds
         self._linger_below = tuning.linger_below
-        self._background_share = tuning.background_per_group
-        self._deferred: collections.deque[_Unit] = collections.deque()
-        """Background submissions past a group's share, oldest first (the writer's thread
-        takes them; ``abandon`` may too, from another: a deque's ends are thread-safe)."""
         self._cache = StateCache(tuning.cache_size)
         self._on_commit = on_commit
         self._new_id = new_id
@@ -204,11 +192,6 @@ class GroupCommitWriter:
         self._stopping = True
         self._watch.stopping()
         stopped = False
-        while self._deferred:
-            try:
-                self._deferred.popleft().done(_stopping())
-            except IndexError:  # the writer took it meanwhile: it fails it itself
-                break
         while True:
             try:
                 unit = self._queue.get_nowait()
@@ -226,17 +209,14 @@ class GroupCommitWriter:
         return {"status": "ok" if stuck is None else "stuck",
                 "commit_in_flight_seconds": None if stuck is None else round(stuck, 1),
                 "commit_timeout_seconds": self._watch.timeout_seconds,
-                "commits_timed_out": self._watch.timed_out,
-                "queued": self._queue.qsize() + len(self._deferred)}
+                "commits_timed_out": self._watch.timed_out, "queued": self._queue.qsize()}
 
     async def submit(self, tenant: str, commands: Sequence[CommandBase], *,
-                     actor: str = "api", traceparent: str | None = None,
-                     background: bool = False) -> list[CommandResult]:
+                     actor: str = "api", traceparent: str | None = None) -> list[CommandResult]:
         """Decide and commit ``commands`` atomically; raise ``Rejected`` if one is refused.
 
         ``actor`` is recorded on every event: who sent them, as the entrypoint authenticated
-        it (a command's own ``actor`` field is the entrypoint's to read, never the writer's);
-        ``background``: sent by one of memledger's services (a group takes a share of these)."""
+        it (a command's own ``actor`` field is the entrypoint's to read, never the writer's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[CommandResult]] = loop.create_future()
 
@@ -248,78 +228,42 @@ class GroupCommitWriter:
                          for _ in commands)
         json = tuple(map(encoded, commands))
         self._queue.put(_Unit(tenant, tuple(commands), contexts, traceparent, done, json,
-                              sum(map(len, json)), background))
+                              sum(map(len, json))))
         return await future
 
     # --- writer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         carried: _Unit | None = None
-        while (first := carried or self._next()) is not None:
+        while (first := carried or self._queue.get()) is not None:
             group, carried, stopping = self._drain(first)
             self._commit_group(group)
             if stopping:
-                self._commit_rest(carried)
+                if carried is not None:
+                    self._commit_group([carried])
                 return
-
-    def _next(self) -> _Unit | None:
-        """The oldest background submission held back, else the next queued one (waiting)."""
-        try:
-            return self._deferred.popleft()
-        except IndexError:
-            return self._queue.get()
 
     def _drain(self, first: _Unit) -> tuple[list[_Unit], _Unit | None, bool]:
         """The next group: all that is queued, and (like PostgreSQL's commit_delay) up to
         ``linger_seconds`` more while the group is small, so that one transaction's fixed cost
-        is shared by more commands when writes arrive one by one from many clients. Background
-        submissions past the group's share wait, in order, for the next groups (those held
-        back before come first). Returns the group, the unit taken that would have made it too
-        large (carried to the next), and whether a stop was asked for."""
+        is shared by more commands when writes arrive one by one from many clients. Returns
+        the group, the unit taken that would have made it too large (carried to the next),
+        and whether a stop was asked for."""
         group, size, weight = [first], len(first.commands), first.size
-        background = int(first.background)
         deadline = time.monotonic() + self._linger
         while size < self._limits.max_group_events:
-            if self._deferred and background < self._background_share:
-                unit = self._deferred.popleft()
-            else:
-                wait = deadline - time.monotonic() if size < self._linger_below else 0.0
-                try:
-                    taken = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if taken is None:
-                    return group, None, True
-                if taken.background and background >= self._background_share:
-                    self._deferred.append(taken)
-                    continue
-                unit = taken
+            wait = deadline - time.monotonic() if size < self._linger_below else 0.0
+            try:
+                unit = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if unit is None:
+                return group, None, True
             if weight + unit.size > self._limits.max_group_bytes:
                 return group, unit, False
             group.append(unit)
             size, weight = size + len(unit.commands), weight + unit.size
-            background += unit.background
         return group, None, False
-
-    def _commit_rest(self, carried: _Unit | None) -> None:
-        """On a stop: commit what is left (the unit carried over, the background held
-        back), in groups within the bounds."""
-        rest = [u for u in (carried,) if u is not None]
-        while self._deferred:
-            try:
-                rest.append(self._deferred.popleft())
-            except IndexError:  # abandoned meanwhile: failed there
-                break
-        group: list[_Unit] = []
-        for unit in rest:
-            if group and (sum(u.size for u in group) + unit.size > self._limits.max_group_bytes
-                          or sum(len(u.commands) for u in group) + len(unit.commands)
-                          > self._limits.max_group_events):
-                self._commit_group(group)
-                group = []
-            group.append(unit)
-        if group:
-            self._commit_group(group)
 
     def _commit_group(self, group: list[_Unit]) -> None:
         if self._stopping:

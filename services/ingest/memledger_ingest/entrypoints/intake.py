@@ -138,8 +138,7 @@ class Commands(Handling):
         try:
             results = await self._writer.submit(sent.tenant, [sent.command], actor=sent.actor,
                                                 traceparent=(msg.headers or {}).get(
-                                                    HDR_TRACEPARENT),
-                                                background=sent.background)
+                                                    HDR_TRACEPARENT))
         except (Rejected, DomainError) as error:
             return refused(error)
         except Exception as error:
@@ -186,7 +185,7 @@ class Commands(Handling):
                     f"nats-intake:{msg.metadata.sequence.stream}:{place}")
             command = _validated(name, body, ("commands", place))
             _raise(permission_refusal(_service(tenant), command, f"{path}."))
-            many.append(_Sent(tenant, command, command.actor or service_actor(service), True))
+            many.append(_Sent(tenant, command, command.actor or service_actor(service)))
         return many
 
     def _parse(self, msg: Msg) -> "_Sent":
@@ -205,7 +204,7 @@ class Commands(Handling):
         _raise(permission_refusal(_service(tenant), command))
         # A service may name whom it acts for (the query service: the key a search was
         # served to); the command stays as sent, so its idempotency record's hash does too.
-        return _Sent(tenant, command, command.actor or service_actor(service), True)
+        return _Sent(tenant, command, command.actor or service_actor(service))
 
     def _address(self, subject: str) -> tuple[str | None, str, str]:
         """``(service or None, tenant, command)`` of an intake subject."""
@@ -251,9 +250,6 @@ class _Sent:
     tenant: str
     command: CommandBase
     actor: str
-    background: bool = False
-    """Sent by one of memledger's services on its own subject (the writer gives a group's
-    share of these to clients' writes first)."""
 
 
 def _tenant_client(tenant: str) -> Principal:
