@@ -1,6 +1,5 @@
 """``memledger cluster up``'s options: replica counts within bounds, an odd NATS cluster; its
-services started as ``memledger up`` starts them (the enricher and the lifecycle scheduler
-niced)."""
+services started as ``memledger up`` starts them (the enricher niced)."""
 
 import shutil
 from pathlib import Path
@@ -39,7 +38,7 @@ def test_a_count_out_of_bounds_is_refused_naming_it(capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.skipif(shutil.which("nice") is None, reason="no nice(1) on this machine")
-def test_the_background_services_yield_the_cores_in_a_cluster_as_under_up(
+def test_the_enricher_yields_the_cores_in_a_cluster_as_under_up(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: dict[str, list[str]] = {}
 
@@ -48,9 +47,8 @@ def test_the_background_services_yield_the_cores_in_a_cluster_as_under_up(
 
     monkeypatch.setattr("memledger_cli.cluster.subprocess.Popen", popen)
     deployment = cluster.Cluster(tmp_path)
-    for name in ("enricher", "lifecycle", "query-1"):
+    for name in ("enricher", "query-1"):
         deployment._tend(cluster.Service(name, {}, tmp_path / f"{name}.log"))
 
     assert started["enricher"][:3] == ["nice", "-n", "10"]
-    assert started["lifecycle"][:3] == ["nice", "-n", "10"]
     assert started["query"][0] != "nice"

@@ -65,16 +65,9 @@ class Engines:
 def child_argv(command: str) -> list[str]:
     """How ``memledger up`` and ``memledger cluster up`` start a service's process."""
     argv = [sys.executable, "-m", "memledger_cli", command]
-    # Embedding is the heaviest work and the least urgent, and the lifecycle scheduler's fold
-    # of every event is awaited by nobody: on a small machine both yield the cores to writes
-    # and projections (searchable later, never a write held up).
-    background = command in BACKGROUND and shutil.which("nice")
-    return ["nice", "-n", "10", *argv] if background else argv
-
-
-BACKGROUND = ("enricher", "lifecycle")
-"""The services started niced: no acknowledgement, read-your-writes read or search waits on
-their CPU (the vectors service is not among them: its index process answers searches)."""
+    # Embedding is the heaviest work and the least urgent: on a small machine it must yield
+    # the cores to writes and projections (searchable later, never a write held up).
+    return ["nice", "-n", "10", *argv] if command == "enricher" and shutil.which("nice") else argv
 
 
 @contextmanager
