@@ -67,10 +67,9 @@ def create_app(writer: GroupCommitWriter, health: Health, default_tenant: str | 
     middleware layers of a full Starlette app would only add cost."""
     tenant_of = _tenant_resolver(gate or Gate(None, default_tenant))
     traced = [Middleware(telemetry.TracingMiddleware)]  # on ingest's routes, not on a mount
-    routes = [Route(model.http_path, _Direct(_command_route(model, writer, tenant_of)),
-                    methods=["POST"], name=_name(model), middleware=traced)
-              for model in COMMANDS]
-    routes.append(Route(BATCH_PATH, _Direct(_batch_route(writer, tenant_of)), methods=["POST"],
+    routes = [Route(model.http_path, _command_route(model, writer, tenant_of), methods=["POST"],
+                    name=_name(model), middleware=traced) for model in COMMANDS]
+    routes.append(Route(BATCH_PATH, _batch_route(writer, tenant_of), methods=["POST"],
                         name="batch", middleware=traced))
     if erasure is not None:
         routes.append(Route(ERASE_PATH, _erase_route(erasure, tenant_of),
@@ -107,20 +106,6 @@ async def _no_route(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 Resolver = Callable[[Request], Awaitable[Principal]]
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-class _Direct:
-    """A write route's handler as the route's ASGI app. Starlette wraps a plain function in
-    two closures and an exception-handler lookup per request, which these handlers (each
-    answering its own failures) never use: a single write's path runs without them."""
-
-    def __init__(self, handler: Handler) -> None:
-        self._handler = handler
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self._handler(Request(scope, receive, send))
-        await response(scope, receive, send)
 
 
 def _command_route(model: type[CommandBase], writer: GroupCommitWriter,
