@@ -140,8 +140,9 @@ class RequestLimits:
             await send(message)
 
         try:
-            await asyncio.wait_for(self._app(scope, self._counted(receive), counting_send),
-                                   self._timeout)
+            # A deadline on this task rather than ``wait_for``'s task of its own per request.
+            async with asyncio.timeout(self._timeout):
+                await self._app(scope, self._counted(receive), counting_send)
         except _TooLarge:
             if not started:
                 await _problem(send, 413, "too_large", f"the body exceeds {self._max} bytes "
