@@ -145,23 +145,3 @@ def test_an_event_of_a_few_kilobytes_is_kept_in_its_row_and_read_back_whole(
     [stored] = event_store.read_all(0, 10)
     assert orjson.loads(stored.data)["payload"]["vector"] == sealed
 
-
-def test_a_store_made_with_the_recorded_at_index_loses_it_and_keeps_its_order(
-        event_store: PostgresEventStore) -> None:
-    """A store made before: its ``recorded_at`` index is dropped at the next start (each
-    commit reads the last row's time through the position index instead), and commits go on
-    never going back in time."""
-    address = event_store.address()
-    name = f"{address.table}_recorded_at_idx"
-    event_store.append([envelope(UUID(int=11), 1)])
-    with psycopg.connect(address.conninfo, autocommit=True) as conn:
-        conn.execute(f'CREATE INDEX "{name}" ON "{address.schema}"."{address.table}" '
-                     "(recorded_at)")
-    event_store.create_tables()
-    assert _scalar(event_store, "SELECT count(*) FROM pg_indexes WHERE schemaname = %s "
-                   "AND indexname = %s", address.schema, name) == 0
-    for version in range(2, 5):
-        event_store.append([envelope(UUID(int=11), version), envelope(UUID(int=12), version)])
-    log = event_store.read_all(0, 100)
-    assert [e.recorded_at for e in log] == sorted(e.recorded_at for e in log)
-    assert len(log) == 7

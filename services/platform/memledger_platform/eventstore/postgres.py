@@ -69,9 +69,8 @@ class _Recorder(PostgresApplicationRecorder):
         self.sql_create_statements.extend([
             SQL("ALTER TABLE {schema}.{table} ADD COLUMN IF NOT EXISTS recorded_at timestamptz "
                 "NOT NULL DEFAULT clock_timestamp()").format(**ids),
-            # Once indexed for the max() each commit read; that is now the last row's (below),
-            # so the index only cost every insert an entry (ADR 0002's later amendment).
-            SQL("DROP INDEX IF EXISTS {schema}.{index}").format(**ids),
+            SQL("CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (recorded_at)"
+                ).format(**ids),
             # An event up to a page's size stays in its row: an imported embedding's (~6 KB
             # sealed) was otherwise moved out to the TOAST table in 2 KB chunks, each a row
             # and an index entry of its own, and joined again by every read.
@@ -95,24 +94,22 @@ class _Recorder(PostgresApplicationRecorder):
                 "first_version bigint NOT NULL, last_version bigint NOT NULL, "
                 "response jsonb NOT NULL, PRIMARY KEY (tenant_id, key))").format(**ids),
         ])
-        # The initplan runs after the table lock is taken, so each commit's timestamps start
-        # at or after the previous commit's last one: the last row's is the greatest, since
-        # every commit made it so (read through the position index, no index of its own).
-        # Binary arrays rather than the library's array of composites, for the idempotency
-        # records too: psycopg dumps composites and text arrays by escaping each element in
-        # Python, which cost more CPU than everything else in an append.
+        # The max() initplan runs after the table lock is taken, so each commit's timestamps
+        # start at or after the previous commit's last one. Binary arrays rather than the
+        # library's array of composites, for the idempotency records too: psycopg dumps
+        # composites and text arrays by escaping each element in Python, which cost more CPU
+        # than everything else in an append.
         self.insert_events_statement = SQL(
             "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state, "
             "recorded_at) SELECT e.*, greatest(clock_timestamp(), "
-            "(SELECT recorded_at FROM {schema}.{table} ORDER BY notification_id DESC LIMIT 1)) "
-            "FROM unnest(%b::uuid[], %b::int8[], %b::text[], %b::bytea[]) AS e "
-            "RETURNING notification_id, recorded_at"
+            "(SELECT max(recorded_at) FROM {schema}.{table})) FROM unnest(%b::uuid[], "
+            "%b::int8[], %b::text[], %b::bytea[]) AS e RETURNING notification_id, recorded_at"
         ).format(**ids)
         self.insert_partitioned_statement = SQL(
             "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state, "
             "tenant_partition, recorded_at) SELECT e.*, greatest(clock_timestamp(), "
-            "(SELECT recorded_at FROM {schema}.{table} ORDER BY notification_id DESC LIMIT 1)) "
-            "FROM unnest(%b::uuid[], %b::int8[], %b::text[], %b::bytea[], %b::int2[]) AS e "
+            "(SELECT max(recorded_at) FROM {schema}.{table})) FROM unnest(%b::uuid[], "
+            "%b::int8[], %b::text[], %b::bytea[], %b::int2[]) AS e "
             "RETURNING notification_id, recorded_at").format(**ids)
         self.insert_keys_statement = SQL(
             "INSERT INTO {schema}.{keys} SELECT t, k, h, s, f, l, r::jsonb FROM unnest("
