@@ -1,11 +1,15 @@
 """The ``EventStore`` contract against PostgreSQL (one fresh schema per test)."""
 
+import base64
+import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from uuid import UUID
 
+import orjson
+import psycopg
 import pytest
 
 from memledger_platform.endpoints import Endpoints
@@ -120,3 +124,24 @@ def test_a_refused_append_is_named_as_such_and_the_connection_goes_on(
     assert [e.stream_id for e in event_store.read_all(0, 10)] == [UUID(int=8)]
     event_store.append([envelope(UUID(int=9), 1)])
     assert event_store.read_streams([UUID(int=9)])[UUID(int=9)][0].stream_version == 1
+
+
+def _scalar(store: PostgresEventStore, query: str, *params: object) -> object:
+    with psycopg.connect(store.address().conninfo, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def test_an_event_of_a_few_kilobytes_is_kept_in_its_row_and_read_back_whole(
+        event_store: PostgresEventStore) -> None:
+    """An imported embedding's event, sealed, is about 6 KB of incompressible text: kept in
+    its row rather than split into the TOAST table's chunks, and read back byte for byte."""
+    sealed = base64.urlsafe_b64encode(os.urandom(4_500)).decode()
+    event_store.append([envelope(UUID(int=10), 1, payload={"vector": sealed})])
+    schema, table = event_store.address().schema, event_store.address().table
+    toasted = _scalar(event_store, "SELECT pg_relation_size(reltoastrelid) FROM pg_class "
+                      "WHERE oid = %s::regclass", f'"{schema}"."{table}"')
+    assert toasted == 0
+    [stored] = event_store.read_all(0, 10)
+    assert orjson.loads(stored.data)["payload"]["vector"] == sealed
+

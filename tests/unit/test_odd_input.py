@@ -208,6 +208,34 @@ async def test_a_valid_time_off_the_calendar_over_http_is_422_naming_the_field(
         assert _paths(response) == [field]
 
 
+@pytest.mark.parametrize(("path", "raw", "field"), [
+    ("/v1/spaces/s1/memories", b'{"kind": "fact", "content": "a\\u0000b"}', "content"),
+    ("/v1/batch", b'{"commands": [{"command": "assert_memory", "space_id": "s1", "kind": '
+     b'"fact", "content": "x", "tags": ["ok", "x\\u0000"]}]}', "commands.0.tags"),
+    ("/v1/spaces/s%00/memories", b'{"kind": "fact", "content": "x"}', "space_id"),
+])
+async def test_a_nul_in_the_body_or_the_path_over_http_is_422_naming_the_field(
+        ingest: Ingest, path: str, raw: bytes, field: str) -> None:
+    """A body without the NUL escape is not walked for one (``commands.nul_free``): one with
+    it, or a path that decodes to one, still is."""
+    response = await ingest.api.post(path, content=raw,
+                                     headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert _paths(response) == [field]
+    assert len(ingest.store.read_all(0, 100)) == 1
+
+
+@pytest.mark.parametrize(("raw", "free"), [
+    (b'{"content": "plain"}', True),
+    (b'{"content": "a\\u0000b"}', False),
+    (b'{"content": "a\\\\u0000b"}', False),  # an escaped backslash: checked, and clean
+    (b'{"content": "a\\u00001"}', False),
+])
+def test_a_json_text_is_nul_free_only_without_the_nul_escape(raw: bytes, free: bool) -> None:
+    assert c.nul_free(raw) is free
+    assert ("\x00" not in str(orjson.loads(raw))) or not free
+
+
 async def test_an_overflowing_embedding_over_http_is_422_naming_the_vector(ingest: Ingest
                                                                            ) -> None:
     response = await ingest.api.post(f"/v1/spaces/s1/memories/{uuid4()}/embedding",

@@ -144,6 +144,8 @@ def combined(keys: Sequence[SubjectKey]) -> SubjectKey:
     """One key for data that several subjects' data reached: derived (HKDF-SHA256) from all
     of ``keys``, named by all their ids, so it can be derived again only while every one of
     them exists (erasing any one subject erases what it seals). One key: that key itself."""
+    if len(keys) == 1:  # the usual event, one subject's: nothing to sort or derive
+        return keys[0]
     unique = sorted({k.key_id: k for k in keys}.values(), key=lambda k: k.key_id)
     if len(unique) == 1:
         return unique[0]

@@ -19,14 +19,20 @@ from memledger_ingest.domain.targets import retrieval_reads, theme_reads
 from memledger_platform.crypto import Keyring
 from memledger_schemas.commands import CommandBase, RecordRetrieval, RecordTheme
 
+_SEALED_BY_READS = (RecordRetrieval, RecordTheme)
+"""Commands sealed under the subjects of what they read, not their stream's."""
+
 
 def subjects_of(cmd: CommandBase, stream: StreamState | None, space_id: str,
                 states: Mapping[UUID, StreamState], tenant: str) -> list[str]:
     """The data subjects whose keys seal a personal event of ``cmd`` on a stream in state
     ``stream`` (``states``: those the command read); the first is the envelope's
     ``subject_id``. Never empty."""
-    if isinstance(cmd, RecordRetrieval | RecordTheme):
-        reads = retrieval_reads(cmd) if isinstance(cmd, RecordRetrieval) else theme_reads(cmd)
+    # By exact type, as commands are dispatched: an isinstance of a pydantic model goes
+    # through its metaclass's check, a cost on every sealed event of a write.
+    if type(cmd) in _SEALED_BY_READS:
+        reads = (retrieval_reads(cmd) if isinstance(cmd, RecordRetrieval)
+                 else theme_reads(cmd) if isinstance(cmd, RecordTheme) else ())
         found = [cmd.subject_id] + [s.subject for ref in reads
                                     if (s := states.get(ref.stream_id(tenant))) is not None]
         touched = list(dict.fromkeys(s for s in found if s is not None))

@@ -154,6 +154,7 @@ class GroupCommitWriter:
         self._ahead_until = 0.0
         self._live_sources: set[str] = set()
         self._absent: set[UUID] = set()
+        self._stored_keys: dict[tuple[str, str], str] = {}
         self._clock = clock or SystemClock()
         self._linger = tuning.linger_seconds
         self._linger_below = tuning.linger_below
@@ -326,6 +327,7 @@ class GroupCommitWriter:
         # was running and the next (never in a group that records the erasure).
         self._group_keys = {}
         self._ciphers.clear()  # as the keys: a group's ciphers are not kept for the next
+        self._stored_keys = {}
         self._live_sources = self._sources_live(group)
         known = self._known_keys(group)
         states = self._load_states(group)
@@ -354,11 +356,20 @@ class GroupCommitWriter:
         for tenant, sent in by_tenant.items():
             if not sent:
                 continue
-            stored = {stored_key(self._keyring, tenant, k) or k: k for k in sent}
+            stored = {self._stored_key(tenant, k): k for k in sent}
             found = self._store.find_idempotent(tenant, sorted(sent | stored.keys()))
             known.update({(tenant, k): r for k, r in found.items() if k not in stored})
             known.update({(tenant, stored[k]): r for k, r in found.items() if k in stored})
         return known
+
+    def _stored_key(self, tenant: str, key: str) -> str:
+        """What ``key`` is stored as (``sealing.stored_key``), made once a group: a command's
+        key is looked up, recorded and written in each of its events (a keyed digest each)."""
+        found = self._stored_keys.get((tenant, key))
+        if found is None:
+            found = self._stored_keys[(tenant, key)] = stored_key(self._keyring, tenant,
+                                                                  key) or key
+        return found
 
     # --- state -----------------------------------------------------------------------------
 
@@ -442,7 +453,7 @@ class GroupCommitWriter:
         plan.replayed.append(None)
         if key is not None:
             plan.claims[(ctx.tenant, key)] = digest
-            plan.keys.append(key_record(ctx, stored_key(self._keyring, ctx.tenant, key) or key,
+            plan.keys.append(key_record(ctx, self._stored_key(ctx.tenant, key),
                                         digest, plan.events[start:], cmd, decision))
 
     @staticmethod
@@ -481,7 +492,8 @@ class GroupCommitWriter:
                 "space_id": decision.space_id, "session_id": decision.session_id,
                 "agent_id": cmd.agent_id, "actor": ctx.actor, "valid_from": decision.valid_from,
                 "valid_to": decision.valid_to,
-                "idempotency_key": stored_key(self._keyring, ctx.tenant, cmd.idempotency_key),
+                "idempotency_key": None if cmd.idempotency_key is None else self._stored_key(
+                    ctx.tenant, cmd.idempotency_key),
                 "causation_id": cmd.causation_id, "correlation_id": cmd.correlation_id,
                 "traceparent": plan.unit.traceparent, "subject_id": subject,
                 "key_id": key and key.key_id})

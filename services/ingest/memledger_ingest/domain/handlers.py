@@ -378,9 +378,10 @@ def _import_memory(cmd: c.ImportMemory, ctx: Context, lookup: Lookup, cur: Strea
     would be): the embedding is this decision's own event, so the command's position is the
     one a search waits for."""
     _of_the_index(cmd, ctx)
-    item = StreamRef("item", str(new_or(cmd.item_id, ctx)))
+    item_id = new_or(cmd.item_id, ctx)
+    item = StreamRef("item", str(item_id))
     asserted = _assert_memory(cmd, ctx, lookup, lookup(item))
-    payload = e.MemoryEmbedded(item_id=UUID(item.key), item_version=1, model=cmd.model,
+    payload = e.MemoryEmbedded(item_id=item_id, item_version=1, model=cmd.model,
                                dims=cmd.dims, vector=cmd.vector)
     return Decision(target_of(cmd, ctx), cmd.space_id, (payload,), asserted.ids,
                     also=(*asserted.also, replace(asserted, target=item, also=())))

@@ -7,7 +7,7 @@ FastAPI's dependency machinery cost about half of the CPU of a single write (doc
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -39,7 +39,7 @@ from memledger_platform.auth import TENANT_HEADER, Denied, Gate, Principal, requ
 from memledger_platform.jsonbody import is_json, repeated_key
 from memledger_platform.limits import retry_after
 from memledger_schemas.api.erasure import ErasureReceipt
-from memledger_schemas.commands import COMMANDS, CommandBase, CommandBatch
+from memledger_schemas.commands import COMMANDS, NUL_FREE, CommandBase, CommandBatch, nul_free
 from memledger_schemas.types import SLUG_PATTERN, ShortText
 
 BATCH_PATH = "/v1/batch"
@@ -113,8 +113,9 @@ def _command_route(model: type[CommandBase], writer: GroupCommitWriter,
     async def route(request: Request) -> Response:
         try:
             principal = await tenant_of(request)
-            body = _merge_path(await _json_body(request), request.path_params)
-            command = _validate(model, body)
+            raw, body = await _json_body(request)
+            body = _merge_path(body, request.path_params)
+            command = _validate(model, body, raw, request.path_params.values())
             _may_write(principal, [command], batch=False)
             results = await _submit(writer, principal, [command], request, batch=False)
         except HttpError as error:
@@ -129,7 +130,8 @@ def _batch_route(writer: GroupCommitWriter, tenant_of: Resolver
     async def route(request: Request) -> Response:
         try:
             principal = await tenant_of(request)
-            batch = _validate(CommandBatch, await _json_body(request))
+            raw, body = await _json_body(request)
+            batch = _validate(CommandBatch, body, raw)
             _may_write(principal, batch.commands, batch=True)
             results = await _submit(writer, principal, batch.commands, request, batch=True)
         except HttpError as error:
@@ -149,7 +151,7 @@ def _erase_route(erasure: Erasure, tenant_of: Resolver
                     403, "forbidden", "erasing a data subject needs an admin key for the "
                     "whole tenant", "header.Authorization")))
             subject = _subject_id(request.path_params["subject_id"])
-            body = await _json_body(request) if await request.body() else {}
+            body = (await _json_body(request))[1] if await request.body() else {}
             reason = body.get("reason")
             if reason is not None and not isinstance(reason, str):
                 raise HttpError(malformed("reason", "must be a string"))
@@ -216,7 +218,8 @@ def _denied(denied: Denied) -> Problem:
                    ({"path": denied.path, "reason": denied.message},), extra)
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def _json_body(request: Request) -> tuple[bytes, dict[str, Any]]:
+    """The body as sent, and as the JSON object it holds."""
     content_type = request.headers.get("content-type")
     if not is_json(content_type):
         raise HttpError(not_json(str(content_type)))
@@ -230,7 +233,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     twice = repeated_key(raw, body)
     if twice is not None:
         raise HttpError(repeated(twice))
-    return body
+    return raw, body
 
 
 _SUBJECT_ID = TypeAdapter(ShortText)
@@ -254,9 +257,14 @@ def _merge_path(body: dict[str, Any], path: dict[str, str]) -> dict[str, Any]:
     return body
 
 
-def _validate(model: type[M], body: dict[str, Any]) -> M:
+def _validate(model: type[M], body: dict[str, Any], raw: bytes,
+              path: Iterable[str] = ()) -> M:
+    """``body`` (parsed from ``raw``, with the ``path``'s parameters) as a ``model``; its
+    fields are not walked for a NUL character when neither ``raw`` nor the path can hold
+    one (``commands.nul_free``)."""
+    clean = nul_free(raw) and not any("\x00" in value for value in path)
     try:
-        return model.model_validate(body)
+        return model.model_validate(body, context={NUL_FREE: True} if clean else None)
     except ValidationError as error:
         raise HttpError(invalid_request(error)) from None
 

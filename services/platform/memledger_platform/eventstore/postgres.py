@@ -28,7 +28,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from eventsourcing.utils import retry
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 
 from memledger_platform.eventstore.interrupting import BusyConnections
 from memledger_platform.eventstore.port import (
@@ -48,6 +48,8 @@ from memledger_schemas.subjects import partition_of
 
 EVENTS_TABLE = "memledger_events"
 _BEGIN, _COMMIT = SQL("BEGIN"), SQL("COMMIT")
+_INLINE_OPTION = "toast_tuple_target=8160"
+"""Rows up to a page's size are kept whole (the largest value PostgreSQL takes)."""
 _COLUMNS = "originator_id, originator_version, topic, state, notification_id, recorded_at"
 
 
@@ -69,6 +71,16 @@ class _Recorder(PostgresApplicationRecorder):
                 "NOT NULL DEFAULT clock_timestamp()").format(**ids),
             SQL("CREATE INDEX IF NOT EXISTS {index} ON {schema}.{table} (recorded_at)"
                 ).format(**ids),
+            # An event up to a page's size stays in its row: an imported embedding's (~6 KB
+            # sealed) was otherwise moved out to the TOAST table in 2 KB chunks, each a row
+            # and an index entry of its own, and joined again by every read.
+            # Set only when missing: altering takes a lock every process's start would wait on.
+            SQL("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON "
+                "n.oid = c.relnamespace WHERE n.nspname = {schema_name} AND c.relname = "
+                "{table_name} AND {option} = ANY(c.reloptions)) THEN ALTER TABLE "
+                "{schema}.{table} SET ({option_sql}); END IF; END $$").format(
+                schema_name=Literal(datastore.schema), table_name=Literal(table),
+                option=Literal(_INLINE_OPTION), option_sql=SQL(_INLINE_OPTION), **ids),
             # The event's partition (ADR 0016), set at commit so every relay agrees on it.
             # Adding a column with a constant default rewrites nothing; its index is built
             # only once partitioned, so one partition's writes cost what they did.
@@ -83,9 +95,10 @@ class _Recorder(PostgresApplicationRecorder):
                 "response jsonb NOT NULL, PRIMARY KEY (tenant_id, key))").format(**ids),
         ])
         # The max() initplan runs after the table lock is taken, so each commit's timestamps
-        # start at or after the previous commit's last one. Four binary arrays rather than the
-        # library's array of composites: psycopg dumps composites as escaped text in Python,
-        # which cost more CPU than everything else in an append.
+        # start at or after the previous commit's last one. Binary arrays rather than the
+        # library's array of composites, for the idempotency records too: psycopg dumps
+        # composites and text arrays by escaping each element in Python, which cost more CPU
+        # than everything else in an append.
         self.insert_events_statement = SQL(
             "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state, "
             "recorded_at) SELECT e.*, greatest(clock_timestamp(), "
@@ -99,8 +112,9 @@ class _Recorder(PostgresApplicationRecorder):
             "%b::int8[], %b::text[], %b::bytea[], %b::int2[]) AS e "
             "RETURNING notification_id, recorded_at").format(**ids)
         self.insert_keys_statement = SQL(
-            "INSERT INTO {schema}.{keys} SELECT * FROM unnest(%s::text[], %s::text[], "
-            "%s::text[], %s::uuid[], %s::bigint[], %s::bigint[], %s::jsonb[])").format(**ids)
+            "INSERT INTO {schema}.{keys} SELECT t, k, h, s, f, l, r::jsonb FROM unnest("
+            "%b::text[], %b::text[], %b::text[], %b::uuid[], %b::int8[], %b::int8[], "
+            "%b::text[]) AS e (t, k, h, s, f, l, r)").format(**ids)
         self.notify_statement = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
 
     def append_on(self, conn: psycopg.Connection[DictRow], stored_events: Sequence[StoredEvent],
