@@ -2,11 +2,9 @@
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import nats
 import orjson
@@ -33,36 +31,8 @@ def servers(url: str) -> list[str]:
 async def connect(url: str, name: str) -> Client:
     """A connection that reconnects forever, to any of the servers ``url`` names (one, or a
     cluster's, comma-separated); a service outlives a NATS restart and a node's loss."""
-    client = HeadersClient()
-    options: dict[str, Any] = {"reconnect_time_wait": 0.5}  # typed int, taken as seconds
-    await client.connect(servers(url), name=name, max_reconnect_attempts=-1,
-                         pending_size=64 * 1024 * 1024, **options)
-    return client
-
-
-_SPACE = re.compile(r"\s")
-
-
-class HeadersClient(Client):
-    """nats-py's client with a faster reader of a message's header lines: the same names and
-    values, told apart in one regular-expression search per name where the library tests each
-    character of it in a generator (half of every consumer's header parsing: every event
-    carries five headers, and each read-side process parses every event's)."""
-
-    @staticmethod
-    def _parse_header_lines(raw: bytes) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for line in raw.split(b"\r\n"):
-            name, sep, value = line.partition(b":")
-            if not sep:
-                continue
-            try:
-                key = name.strip().decode("ascii")
-            except UnicodeDecodeError:
-                continue  # as the library: a name that is not ASCII is no header's
-            if _SPACE.search(key) is None:  # a name holds no whitespace (str.isspace's)
-                out[key] = value.strip().decode("utf-8", "replace")
-        return out
+    return await nats.connect(servers(url), name=name, max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.5, pending_size=64 * 1024 * 1024)
 
 
 def stream_configs(subjects: Subjects, replicas: int = 1) -> list[StreamConfig]:

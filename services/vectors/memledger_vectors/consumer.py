@@ -49,11 +49,6 @@ FLUSH_SECONDS = 30.0
 whatever it writes, stalling every request of the process (ADR 0006). What it costs is
 replay: a restart re-derives the events since the last flush (idempotently)."""
 OPTIMIZE_AFTER_POINTS = 1_000
-QUIET_IDLES = 4
-"""Fetches that found nothing in a row (half a second each) before the stream counts as
-quiet: a graph build then starts for whatever arrived. While writes go on, a build starts
-only once the points written since the last one are as many as the index held then (see
-``idle``)."""
 
 Erased = Callable[[str, str, int, int], None]
 """Called with (tenant, subject, position, points removed) for an erasure receipt."""
@@ -139,11 +134,6 @@ class IndexWriter(Handling):
         self._flushed_at = time.monotonic()
         self._advanced = asyncio.Condition()
         self._unoptimized = 0
-        self._built = 0
-        """Points the index held (at most) when the last graph build started."""
-        self._points = 0
-        """Points the index holds, at most: its count at the start, and every point written."""
-        self._idles = 0
         self.written = 0
 
     async def wait_for(self, position: int, seconds: float) -> bool:
@@ -163,8 +153,7 @@ class IndexWriter(Handling):
         """Where the consumer starts: after the last durable batch (with ``positions``), from
         the start of the log for an empty index (new, or its files were removed: whatever an
         earlier consumer of that name had acknowledged), else where the durable left off."""
-        self._points = self._built = await asyncio.to_thread(self._index.count)
-        empty = self._points == 0
+        empty = await asyncio.to_thread(self._index.count) == 0
         if empty and self._positions is not None:
             await asyncio.to_thread(self._positions.restart_written, self._durable)
         if empty:
@@ -184,7 +173,6 @@ class IndexWriter(Handling):
             raise Resubscribe(f"deriving again from the last flush: {lost}") from lost
 
     async def _handle(self, batch: Batch) -> None:
-        self._idles = 0
         msgs = batch.pending
         for index, msg in enumerate(msgs):
             if (msg.headers or {}).get(HDR_EVENT_TYPE) == EventType.SUBJECT_ERASED:
@@ -206,18 +194,10 @@ class IndexWriter(Handling):
 
     async def idle(self) -> None:
         await self._flush()
-        self._idles += 1
-        if self._unoptimized >= OPTIMIZE_AFTER_POINTS and (
-                self._idles >= QUIET_IDLES or self._unoptimized >= self._built):
+        if self._unoptimized >= OPTIMIZE_AFTER_POINTS:
             # Caught up: have the HNSW graph built for what arrived (aside, in the index's
-            # builder). Small additions are searched exactly until enough accumulate. A build
-            # costs the whole shard's graph, and the index process replays onto the copy
-            # every write made meanwhile: under a load that pauses only between its batches,
-            # one build after another took the cores the load needed, so then the shard must
-            # have doubled since the last build (the builds of a load cost about twice its
-            # last one).
+            # builder). Small additions are searched exactly until enough accumulate.
             self._unoptimized = 0
-            self._built = self._points
             await asyncio.to_thread(self._index.optimize)
 
     async def stopping(self) -> None:
@@ -254,7 +234,6 @@ class IndexWriter(Handling):
         (with ``positions``)."""
         upserts, gone = self._fold.take()
         self._unoptimized += len(upserts)
-        self._points += len(upserts)
         await asyncio.to_thread(self._write, upserts, gone, recording)
 
     async def _erase(self, msg: Msg) -> None:

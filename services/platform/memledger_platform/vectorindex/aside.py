@@ -33,12 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memledger_platform.vectorindex.port import Hit, IndexedPoint, Scope, SparseVector, VectorIndex
-from memledger_platform.vectorindex.qdrant_edge import (
-    LOCK_SECONDS,
-    QdrantEdgeVectorIndex,
-    hold,
-    upserting,
-)
+from memledger_platform.vectorindex.qdrant_edge import LOCK_SECONDS, QdrantEdgeVectorIndex, hold
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +69,7 @@ def recover(path: Path) -> None:
 class _Build:
     """A build under way: the writes made since its copy, and its builder."""
 
-    writes: list[tuple[str, Any]] = field(default_factory=list)
+    writes: list[tuple[str, list[Any]]] = field(default_factory=list)
     abandoned: bool = False
     builder: subprocess.Popen[bytes] | None = None
     thread: threading.Thread | None = None
@@ -104,8 +99,8 @@ class AsideVectorIndex(VectorIndex):
     # --- writes: applied to the serving shard, and kept for a build's copy --------------------
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
-        if points:  # converted once, for the serving shard and, if one is under way, a build
-            self._write("update", upserting(points))
+        if points:
+            self._write("upsert", list(points))
 
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:
@@ -123,7 +118,7 @@ class AsideVectorIndex(VectorIndex):
         with self._writes, self._swap:
             self._serving.flush()
 
-    def _write(self, method: str, args: Any) -> None:
+    def _write(self, method: str, args: list[Any]) -> None:
         with self._writes:
             with self._swap:
                 getattr(self._serving, method)(args)
@@ -291,7 +286,7 @@ class AsideVectorIndex(VectorIndex):
             build.thread.join()
 
 
-def _apply(index: QdrantEdgeVectorIndex, writes: list[tuple[str, Any]]) -> None:
+def _apply(index: VectorIndex, writes: list[tuple[str, list[Any]]]) -> None:
     for method, args in writes:
         getattr(index, method)(args)
 

@@ -78,12 +78,10 @@ class QdrantEdgeVectorIndex(VectorIndex):
 
     def upsert(self, points: Sequence[IndexedPoint]) -> None:
         if points:
-            self.update(upserting(points))
-
-    def update(self, operation: qe.UpdateOperation) -> None:
-        """Apply an update made once (``upserting``): another shard may be given it too."""
-        with self._lock:
-            self._shard.update(operation)
+            with self._lock:
+                self._shard.update(qe.UpdateOperation.upsert_points(
+                    [qe.Point(id=p.point_id, vector=_vectors(p),
+                              payload=stored_payload(p.payload)) for p in points]))
 
     def delete(self, point_ids: Sequence[str]) -> None:
         if point_ids:
@@ -218,15 +216,6 @@ class QdrantEdgeVectorIndex(VectorIndex):
         for key, schema in wanted.items():
             if key not in indexed:
                 self._shard.update(qe.UpdateOperation.create_field_index(key, schema))
-
-
-def upserting(points: Sequence[IndexedPoint]) -> qe.UpdateOperation:
-    """The upsert of ``points`` as Edge takes it: made once, it can be applied to several
-    shards (the serving one and a build's copy), and making it is most of an upsert's cost
-    (each payload value converted into the engine's own)."""
-    return qe.UpdateOperation.upsert_points(
-        [qe.Point(id=p.point_id, vector=_vectors(p), payload=stored_payload(p.payload))
-         for p in points])
 
 
 def _config(dims: int, *, vacuum_at_once: bool = False) -> qe.EdgeConfig:
