@@ -5,7 +5,6 @@ import fcntl
 import logging
 import threading
 import time
-from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -238,9 +237,8 @@ def _config(dims: int, *, vacuum_at_once: bool = False) -> qe.EdgeConfig:
 def _vectors(point: IndexedPoint) -> dict[str, Any]:
     """The named vectors of ``point``: a missing one is left out (an empty sparse vector too)."""
     named: dict[str, Any] = {}
-    if point.vector is not None:  # a list or a float32 array as it is: Edge reads both
-        named[DENSE] = point.vector if isinstance(point.vector, list | array) else list(
-            point.vector)
+    if point.vector is not None:
+        named[DENSE] = list(point.vector)
     if point.sparse is not None and point.sparse.indices:
         named[KEYWORDS] = qe.SparseVector(list(point.sparse.indices), list(point.sparse.values))
     return named
