@@ -19,6 +19,7 @@ Contract (one suite checks every adapter):
 """
 
 import math
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,12 +61,14 @@ class SparseVector:
     values: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        # Checked here so a bad vector fails at its maker, not deep inside one engine.
-        if len(self.indices) != len(self.values):
+        # Checked here so a bad vector fails at its maker, not deep inside one engine (in C
+        # loops: the vector projector makes one for every point it writes).
+        indices = self.indices
+        if len(indices) != len(self.values):
             raise ValueError("a sparse vector needs exactly one value per index")
-        if any(not 0 <= i < MAX_TERM for i in self.indices):
+        if indices and not (min(indices) >= 0 and max(indices) < MAX_TERM):
             raise ValueError(f"sparse indices must lie in [0, {MAX_TERM})")
-        if any(a >= b for a, b in zip(self.indices, self.indices[1:], strict=False)):
+        if not all(map(operator.lt, indices, indices[1:])):
             raise ValueError("sparse indices must be unique and ascending")
 
 

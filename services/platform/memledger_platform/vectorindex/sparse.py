@@ -98,5 +98,5 @@ def encode_query(text: str) -> SparseVector:
 
 
 def _sparse(weights: dict[int, float]) -> SparseVector:
-    ordered = sorted(weights.items())
-    return SparseVector(tuple(i for i, _ in ordered), tuple(w for _, w in ordered))
+    indices = tuple(sorted(weights))
+    return SparseVector(indices, tuple(map(weights.__getitem__, indices)))
