@@ -344,3 +344,28 @@ def test_compacting_the_keys_waits_for_a_snapshot_that_still_sees_a_destroyed_ke
     assert compacted == [["memledger_subject_keys"]]
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert tuple_hits(conn, [f"{pg_schema}.memledger_subject_keys"], wrapped) == []
+
+
+def test_a_scrubbed_table_is_vacuumed_and_analyzed_again_until_no_snapshot_sees_its_rows(
+        engines: Endpoints, pg_schema: str) -> None:
+    dsn, table = engines.postgres_dsn, sql.SQL("{}.t").format(sql.Identifier(pg_schema))
+    done: list[bool] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(pg_schema)))
+        conn.execute(sql.SQL("CREATE TABLE {} (x text)").format(table))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (TOKEN,))
+        with psycopg.connect(dsn) as reader:  # another session, its snapshot taken before
+            reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+            conn.execute(sql.SQL("UPDATE {} SET x = 'erased'").format(table))
+            vacuuming = threading.Thread(target=lambda: done.append(
+                pg_vacuum.vacuum_until_removed(conn, table, 60, pg_vacuum.CLEAN + ", ANALYZE")))
+            vacuuming.start()
+            vacuuming.join(1.0)
+            waited = vacuuming.is_alive()  # the old row version is still visible to the reader
+            reader.rollback()
+        vacuuming.join(60)
+        assert waited, done
+        assert done == [True]
+        assert tuple_hits(conn, [f"{pg_schema}.t"], TOKEN.encode()) == []
+        assert pg_vacuum.vacuum_until_removed(conn, table, 0) is True

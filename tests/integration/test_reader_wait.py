@@ -81,7 +81,7 @@ async def test_a_heard_notice_releases_a_wait_the_checkpoint_has_not_reached(
 async def test_a_partitions_notice_wakes_the_watcher_to_read_but_releases_nothing_itself(
         engines: Endpoints, side: ReadSide) -> None:
     async with _following(engines, side) as reader:
-        waiting = asyncio.create_task(reader.wait_for(7, 500))
+        waiting = asyncio.create_task(reader.wait_for(7, 3_000))
         await eventually(_waits(reader))
         polls = reader.polls
         _notify(engines, side, schema.projected_notice(7, 0))

@@ -165,6 +165,7 @@ def test_after_the_process_dies_a_search_starts_it_again_and_the_next_write_is_t
     index.upsert([point("1")])
     index.flush()
     index.upsert([point("2")])  # not flushed: may be lost with the process
+    monkeypatch.setattr(process, "RESTART_SECONDS", 3600.0)  # however slow the start was
     os.kill(index._process.pid, signal.SIGKILL)
     index._process.wait()
     with pytest.raises(VectorProcessEnded, match="exit code -9"):

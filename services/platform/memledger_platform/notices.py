@@ -51,3 +51,16 @@ async def listen(dsn: str, name: str, on_notice: Callable[[str | None], None],
         if on_lost is not None:
             on_lost()
         await asyncio.sleep(RECONNECT_SECONDS)
+
+
+async def listen_until(stop: asyncio.Event, dsn: str, name: str,
+                       on_notice: Callable[[str | None], None],
+                       on_lost: Callable[[], None]) -> None:
+    """``listen`` until ``stop`` is set; then ``on_lost()``, as nothing more will be heard."""
+    listening = asyncio.create_task(listen(dsn, name, on_notice, on_lost))
+    try:
+        await stop.wait()
+    finally:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
+        on_lost()

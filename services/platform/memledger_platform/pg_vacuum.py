@@ -35,12 +35,13 @@ _KEPT = (re.compile(r"(\d+) are dead but not yet removable"),  # PostgreSQL 14 a
 """How VACUUM VERBOSE says how many dead row versions it had to keep."""
 
 
-def vacuum_until_removed(conn: Connection[Any], table: sql.Composable, seconds: float = 30.0
-                         ) -> bool:
-    """VACUUM ``table`` until it keeps no dead row version (one that a snapshot still running
-    may see: another session's transaction that began before the rows died), at most
-    ``seconds``; whether it ran and kept none. A destroyed key's old row versions hold its
-    wrapped key, so a receipt may claim them gone only when VACUUM removed them."""
+def vacuum_until_removed(conn: Connection[Any], table: sql.Composable, seconds: float = 30.0,
+                         options: LiteralString = CLEAN) -> bool:
+    """VACUUM ``table`` (with ``options``) until it keeps no dead row version (one that a
+    snapshot still running may see: another session's transaction that began before the rows
+    died), at most ``seconds``; whether it ran and kept none. A destroyed key's old row
+    versions hold its wrapped key, and a scrubbed row's its text, so a receipt may claim them
+    gone only when VACUUM removed them."""
     if not may_vacuum(conn, table):
         return False
     notices: list[str] = []
@@ -53,7 +54,7 @@ def vacuum_until_removed(conn: Connection[Any], table: sql.Composable, seconds: 
     try:
         while True:
             notices.clear()
-            conn.execute(sql.SQL("VACUUM (VERBOSE, " + CLEAN + ") {}").format(table))
+            conn.execute(sql.SQL("VACUUM (VERBOSE, " + options + ") {}").format(table))
             if _kept(notices) == 0:
                 return True
             if time.monotonic() >= deadline:

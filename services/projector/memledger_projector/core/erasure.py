@@ -14,6 +14,7 @@ what stays: freed page space and recycled WAL segments until overwritten).
 """
 
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -34,6 +35,11 @@ Events = dict[str, list[tuple[int, dict[str, Any]]]]
 SCRUBBED = ("item_versions", "messages", "preferences", "mentions", "entities", "sessions",
             "changes")
 """The read-model tables a scrub changes (so that ``erase`` vacuums)."""
+
+SETTLE_SECONDS = 20.0
+"""How long an erasure's VACUUMs wait, in all, for transactions older than the scrub (which
+still see the scrubbed rows' old versions) to end; a table still holding some then is left
+out of the receipt's ``vacuumed``, and autovacuum removes them once they end."""
 
 
 def scrub(conn: Connection[Any], schema: str, base: str, tenant: str, subject: str,
@@ -143,22 +149,25 @@ def erase(conn: Connection[Any], schemas: Sequence[str], base: str, tenant: str,
     """``scrub`` each read-model version of ``schemas`` (the live one first: the counts are
     its), vacuum and analyze the scrubbed tables, then ``pg_statistic`` and the WAL. A later
     version that a rebuild dropped meanwhile is skipped: nothing of it is left to scrub."""
+    deadline = time.monotonic() + SETTLE_SECONDS
     counts = scrub(conn, schemas[0], base, tenant, subject, before, key_ids)
-    vacuumed = _vacuum_tables(conn, schemas[0])
+    vacuumed = _vacuum_tables(conn, schemas[0], deadline)
     for older in schemas[1:]:
         with contextlib.suppress(psycopg.errors.UndefinedTable,
                                  psycopg.errors.InvalidSchemaName):
             scrub(conn, older, base, tenant, subject, before, key_ids)
-            _vacuum_tables(conn, older)
+            _vacuum_tables(conn, older, deadline)
     return {**counts, "vacuumed": vacuumed, "analyzed": vacuumed == list(SCRUBBED),
             **statistics_and_wal(conn)}
 
 
-def _vacuum_tables(conn: Connection[Any], schema: str) -> list[str]:
+def _vacuum_tables(conn: Connection[Any], schema: str, deadline: float) -> list[str]:
     """VACUUM each scrubbed table (index entries included) and ANALYZE it, so the planner's
-    statistics are sampled again from what is left; those it could vacuum."""
-    return [table for table in SCRUBBED if pg_vacuum.vacuum(conn, sql.SQL("{}.{}").format(
-        sql.Identifier(schema), sql.Identifier(table)), pg_vacuum.CLEAN + ", ANALYZE")]
+    statistics are sampled again from what is left, again until no dead row version is kept
+    or ``deadline`` passes; those it vacuumed clean."""
+    return [table for table in SCRUBBED if pg_vacuum.vacuum_until_removed(
+        conn, sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table)),
+        max(0.0, deadline - time.monotonic()), pg_vacuum.CLEAN + ", ANALYZE")]
 
 
 def statistics_and_wal(conn: Connection[Any]) -> Purged:

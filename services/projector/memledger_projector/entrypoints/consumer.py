@@ -98,7 +98,7 @@ class ReadModels(Handling):
         for index, msg in enumerate(msgs):
             if (msg.headers or {}).get(HDR_EVENT_TYPE) == EventType.SUBJECT_ERASED:
                 await self._apply(batch, msgs[start:index])
-                await self._scrub(msg)
+                await self._scrub(batch, msg)
                 start = index
         await self._apply(batch, msgs[start:])
 
@@ -120,15 +120,19 @@ class ReadModels(Handling):
         return read_checkpoint(conn, self._names.schema(live_version(conn, self._names)),
                                partition=self._partition)
 
-    async def _scrub(self, msg: Msg) -> None:
+    async def _scrub(self, batch: Batch, msg: Msg) -> None:
         # Before the erasure event itself is applied (and checkpointed): a crash in between
         # scrubs again on redelivery, which changes nothing more. Decoding it drops the erased
         # keys from the keyring's cache.
         erased = decode(msg.data, opener=self._open)
         tenant, subject = erased.tenant_id, str(erased.payload["subject_id"])
         key_ids = str(erased.payload.get("key_id", "")).split(",")
-        purged = await self._db(self._scrub_now, "scrubbing an erasure", tenant, subject,
-                                erased.position, key_ids)
+        # Its VACUUMs may wait for older transactions to end, longer than the ack wait.
+        scrubbing = asyncio.ensure_future(self._db(
+            self._scrub_now, "scrubbing an erasure", tenant, subject, erased.position, key_ids))
+        while not (await asyncio.wait({scrubbing}, timeout=ACK_WAIT_SECONDS / 3))[0]:
+            await batch.keep()
+        purged = scrubbing.result()
         log.info("erased subject %s of %s from the read models: %s", subject, tenant, purged)
 
     def _scrub_now(self, tenant: str, subject: str, position: int, key_ids: list[str]

@@ -183,13 +183,7 @@ class WrittenNotices:
 
     async def follow(self, dsn: str, channel: str, stop: asyncio.Event) -> None:
         """Listen on ``channel`` until ``stop`` is set."""
-        listening = asyncio.create_task(notices.listen(dsn, channel, self.noticed, self.lost))
-        try:
-            await stop.wait()
-        finally:
-            listening.cancel()
-            await asyncio.gather(listening, return_exceptions=True)
-            self.lost()
+        await notices.listen_until(stop, dsn, channel, self.noticed, self.lost)
 
     def noticed(self, notice: str | None) -> None:
         if notice is None:

@@ -159,14 +159,7 @@ class Reader:
         ``stop`` is set: a waiting read is then released by the notice of the batch that made
         its position visible, not by the next poll, and the checkpoint is polled only as the
         fallback for a lost notice."""
-        listening = asyncio.create_task(notices.listen(
-            dsn, self._names.projected, self._noticed, self._lost))
-        try:
-            await stop.wait()
-        finally:
-            listening.cancel()
-            await asyncio.gather(listening, return_exceptions=True)
-            self._lost()
+        await notices.listen_until(stop, dsn, self._names.projected, self._noticed, self._lost)
 
     def _noticed(self, notice: str | None) -> None:
         position = None if notice is None else schema.whole_log_position(notice)
