@@ -309,6 +309,44 @@ def test_an_item_beyond_dense_searchs_best_few_is_ranked_by_its_own_cosine() -> 
     assert index.looked_up.count(words.point_id) == 1, "looked up by collapse alone"
 
 
+class VectorsOnce(CountingIndex):
+    """The exact index, also recording the dense searches confined to some items."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.among_items: list[tuple[str, ...]] = []
+
+    def search(self, vector: Sequence[float], scope: Scope, k: int,
+               fields: Sequence[str] | None = None) -> Any:
+        if scope.items:
+            self.among_items.append(scope.items)
+        return super().search(vector, scope, k, fields)
+
+
+def test_words_only_candidates_are_scored_from_vectors_read_once_with_collapses() -> None:
+    query = np.asarray(EMBEDDER.embed_query(QUERY))
+    rng = np.random.default_rng(5)
+    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query * 0.5 + rng.normal(
+                               0, 0.3, query.size)),
+                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                           encode_document(BUILD)) for n in range(40)]
+    words = _naming_some_words(query, rng)
+    index = VectorsOnce()
+    index.upsert([*closer, *words])
+    [found] = search(index, list(query), QUERY, [Layer("space", scope(), 5)], RECIPE,
+                     threshold=0.0, now=NOW)
+    assert index.among_items == [], "no dense search among the candidates"
+    assert sorted(index.looked_up) == sorted(set(index.looked_up)), "each vector read once"
+    shown = {r.candidate.item_id: r for r in found.hits}
+    exact = {str(h.payload["item_id"]): h.score for h in index.search(
+        list(query), scope(), 100)}
+    looked = [r for r in shown.values() if r.candidate.keyword is not None
+              and r.candidate.item_id.startswith("words")]
+    assert looked, "a candidate found by its words alone is shown"
+    for hit in looked:
+        assert hit.candidate.dense == pytest.approx(exact[hit.candidate.item_id], abs=1e-6)
+
+
 def _naming_some_words(query: Any, rng: Any, unembedded_every: int = 0) -> list[IndexedPoint]:
     """20 items naming two to five of the query's words, their meanings from near to
     unrelated; every ``unembedded_every``-th one not yet embedded (0: none)."""

@@ -7,6 +7,8 @@ ranked, cut at the mode's threshold and collapsed (``ranking``). Plain functions
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from memledger_platform.vectorindex import sparse
 from memledger_platform.vectorindex.port import (
     EMBEDDED_FROM,
@@ -24,7 +26,6 @@ from memledger_query.core.ranking import (
     Ranked,
     Recipe,
     Signals,
-    VectorLookup,
     collapse,
     complete_dense,
     rank,
@@ -37,9 +38,6 @@ OVERFETCH = 4
 reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
-COSINE_FIELDS = ("item_id", EMBEDDED_FROM)
-"""What a cosine lookup reads of each point's payload: the candidates have what ranks them
-already, and an engine reads a whole payload at more cost than it scores the point."""
 RANK_FIELDS = ("item_id", EMBEDDED_FROM, "kind", "session", "content_at", "valid_from",
                "importance", "confidence")
 """What a candidate is fetched with: what ranks it (``ranking.score``, ``embedded_by``, a
@@ -116,8 +114,8 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
     position = layers[0].scope.position if layers else None
-    ranker = _Ranker(recipe, now, threshold, known, named, index, dense,
-                     _vectors_of(index, position))
+    vectors = _Vectors(index, position)
+    ranker = _Ranker(recipe, now, threshold, known, named, dense, vectors)
     seen: set[str] = set()
     found = []
     for layer, candidates in zip(layers, fetched, strict=True):
@@ -152,6 +150,28 @@ def whole(index: VectorIndex, found: list[Found]) -> list[Found]:
             for f in found]
 
 
+class _Vectors:
+    """The candidates' vectors from their points (a keyword hit's too: an embedded item found
+    by its words alone is collapsed like any other), as of ``position``, each point read from
+    the index once a search: the cosines of the words-only candidates and collapse share
+    them."""
+
+    def __init__(self, index: VectorIndex, position: int | None) -> None:
+        self._index, self._position = index, position
+        self._read: dict[str, list[float] | None] = {}
+
+    def __call__(self, candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
+        """``VectorLookup``: those of ``candidates`` embedded as of the position, by item id."""
+        items = {c.point_id: c.item_id for c in candidates
+                 if c.point_id is not None and embedded_by(c.payload, self._position)}
+        missing = [point for point in items if point not in self._read]
+        if missing:
+            found = self._index.vectors(missing)
+            self._read.update({point: found.get(point) for point in missing})
+        return {items[point]: vector for point in items
+                if (vector := self._read[point]) is not None}
+
+
 @dataclass(frozen=True)
 class _Ranker:
     """How this search ranks a layer's candidates, and where their vectors are found."""
@@ -161,24 +181,26 @@ class _Ranker:
     threshold: float
     signals: Mapping[str, Signals]
     periods: tuple[when.Period, ...]
-    index: VectorIndex
     query: Sequence[float] | None
-    vectors: VectorLookup
+    vectors: _Vectors
 
     def ranked(self, candidates: Sequence[Candidate]) -> list[Ranked]:
         return [r for r in rank(candidates, self.recipe, self.now, self.signals, self.periods)
                 if r.relevance >= self.threshold]
 
-    def cosines(self, scope: Scope, candidates: Sequence[Candidate]) -> dict[str, float]:
-        """The candidates' cosines with the query, as the index scores them: one dense
-        search among them alone (no vector leaves the index)."""
+    def cosines(self, candidates: Sequence[Candidate], ahead: Sequence[Ranked]
+                ) -> dict[str, float]:
+        """The candidates' cosines with the query, from their stored (unit) vectors, read
+        with those of the hits ranked ``ahead`` of the last that could be shown, which
+        collapse compares next: one read of a few vectors costs the index less than a
+        dense search among the candidates followed by that read (ADR 0006)."""
         if self.query is None or not candidates:
             return {}
-        items = tuple(c.item_id for c in candidates)
-        found = self.index.search(self.query, replace(scope, items=items), len(items),
-                                  COSINE_FIELDS)
-        return {str(hit.payload["item_id"]): hit.score for hit in found
-                if embedded_by(hit.payload, scope.position)}
+        found = self.vectors([*candidates, *(r.candidate for r in ahead)])
+        query = np.asarray(self.query, dtype=np.float32)
+        query /= max(float(np.linalg.norm(query)), 1e-12)
+        return {c.item_id: float(np.asarray(found[c.item_id], dtype=np.float32) @ query)
+                for c in candidates if c.item_id in found}
 
     def rescored(self, ranked: list[Ranked], changed: Mapping[str, Candidate]) -> list[Ranked]:
         return [r for r in rescore(ranked, changed, self.recipe, self.now, self.signals,
@@ -213,8 +235,9 @@ def _shown(candidates: Sequence[Candidate], ranker: _Ranker, layer: Layer,
     while True:
         unsure = _unsure(ranked, words, zone)
         if unsure:
+            ahead = ranked[:zone + len(unsure)] if reranking is None else []
             asked = [words.pop(item) for item in unsure]
-            exact = complete_dense(asked, ranker.cosines(layer.scope, asked))
+            exact = complete_dense(asked, ranker.cosines(asked, ahead))
             ranked = ranker.rescored(ranked, {c.item_id: c for c in exact})
         shown = reranking(ranked) if reranking is not None else ranked
         kept, into = collapse(shown, ranker.recipe, limit, vectors=ranker.vectors)
@@ -323,16 +346,6 @@ def embedded_by(payload: Mapping[str, object], position: int | None) -> bool:
     judges it as it did then. A point without that position counts as embedded all along."""
     came = payload.get(EMBEDDED_FROM)
     return position is None or not isinstance(came, int | float) or came <= position
-
-
-def _vectors_of(index: VectorIndex, position: int | None) -> VectorLookup:
-    """The candidates' vectors from their points (a keyword hit's too: an embedded item found
-    by its words alone is collapsed like any other), as of ``position``."""
-    def lookup(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
-        items = {c.point_id: c.item_id for c in candidates
-                 if c.point_id is not None and embedded_by(c.payload, position)}
-        return {items[point]: vector for point, vector in index.vectors(list(items)).items()}
-    return lookup
 
 
 def _outside(candidate: Candidate, session: str | None) -> bool:
