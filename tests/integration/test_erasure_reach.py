@@ -12,9 +12,10 @@ import asyncio
 import base64
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import psycopg
@@ -61,6 +62,7 @@ TOKEN = "zqxerasetoken5521"
 """Subject u7's: written everywhere a client can put text, found nowhere after the erasure."""
 KEEP = "keepcoffee8830"
 """Subject u8's: must survive."""
+T = TypeVar("T")
 
 
 @dataclass
@@ -328,18 +330,9 @@ def test_compacting_the_keys_waits_for_a_snapshot_that_still_sees_a_destroyed_ke
         keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
         keyring.for_writing("acme", "u9", "main")
         wrapped = _wrapped_key(dsn, pg_schema, "u9")
-        compacted: list[list[str]] = []
-        with psycopg.connect(dsn) as reader:  # another session, its snapshot taken before
-            reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            reader.execute(sql.SQL("SELECT count(*) FROM {}.memledger_subject_keys").format(
-                sql.Identifier(pg_schema))).fetchone()
-            keyring.destroy("acme", "u9")
-            compacting = threading.Thread(target=lambda: compacted.append(keyring.compact()))
-            compacting.start()
-            compacting.join(1.0)
-            waited = compacting.is_alive()  # the old row version is still visible to the reader
-            reader.rollback()
-        compacting.join(60)
+        keys = sql.SQL("{}.memledger_subject_keys").format(sql.Identifier(pg_schema))
+        waited, compacted = _behind_a_snapshot(dsn, keys, lambda: keyring.destroy("acme", "u9"),
+                                               keyring.compact)
     assert waited, compacted
     assert compacted == [["memledger_subject_keys"]]
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -349,23 +342,33 @@ def test_compacting_the_keys_waits_for_a_snapshot_that_still_sees_a_destroyed_ke
 def test_a_scrubbed_table_is_vacuumed_and_analyzed_again_until_no_snapshot_sees_its_rows(
         engines: Endpoints, pg_schema: str) -> None:
     dsn, table = engines.postgres_dsn, sql.SQL("{}.t").format(sql.Identifier(pg_schema))
-    done: list[bool] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(pg_schema)))
         conn.execute(sql.SQL("CREATE TABLE {} (x text)").format(table))
         conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(table), (TOKEN,))
-        with psycopg.connect(dsn) as reader:  # another session, its snapshot taken before
-            reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
-            conn.execute(sql.SQL("UPDATE {} SET x = 'erased'").format(table))
-            vacuuming = threading.Thread(target=lambda: done.append(
-                pg_vacuum.vacuum_until_removed(conn, table, 60, pg_vacuum.CLEAN + ", ANALYZE")))
-            vacuuming.start()
-            vacuuming.join(1.0)
-            waited = vacuuming.is_alive()  # the old row version is still visible to the reader
-            reader.rollback()
-        vacuuming.join(60)
+        waited, done = _behind_a_snapshot(
+            dsn, table, lambda: conn.execute(sql.SQL("UPDATE {} SET x = 'erased'").format(table)),
+            lambda: pg_vacuum.vacuum_until_removed(conn, table, 60, pg_vacuum.CLEAN + ", ANALYZE"))
         assert waited, done
         assert done == [True]
         assert tuple_hits(conn, [f"{pg_schema}.t"], TOKEN.encode()) == []
         assert pg_vacuum.vacuum_until_removed(conn, table, 0) is True
+
+
+def _behind_a_snapshot(dsn: str, table: sql.Composable, change: Callable[[], object],
+                       vacuum: Callable[[], T]) -> tuple[bool, list[T]]:
+    """``change`` rows of ``table`` while another session's snapshot, taken before, still sees
+    their old versions, then ``vacuum`` in a thread; whether it was still waiting a second
+    later, and (once the snapshot is gone) what it returned."""
+    done: list[T] = []
+    with psycopg.connect(dsn) as reader:
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+        change()
+        vacuuming = threading.Thread(target=lambda: done.append(vacuum()))
+        vacuuming.start()
+        vacuuming.join(1.0)
+        waited = vacuuming.is_alive()
+        reader.rollback()
+    vacuuming.join(60)
+    return waited, done

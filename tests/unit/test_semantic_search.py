@@ -326,10 +326,7 @@ class VectorsOnce(CountingIndex):
 def test_words_only_candidates_are_scored_from_vectors_read_once_with_collapses() -> None:
     query = np.asarray(EMBEDDER.embed_query(QUERY))
     rng = np.random.default_rng(5)
-    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query * 0.5 + rng.normal(
-                               0, 0.3, query.size)),
-                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
-                           encode_document(BUILD)) for n in range(40)]
+    closer = _near_the_query(query, rng)
     words = _naming_some_words(query, rng)
     index = VectorsOnce()
     index.upsert([*closer, *words])
@@ -345,6 +342,14 @@ def test_words_only_candidates_are_scored_from_vectors_read_once_with_collapses(
     assert looked, "a candidate found by its words alone is shown"
     for hit in looked:
         assert hit.candidate.dense == pytest.approx(exact[hit.candidate.item_id], abs=1e-6)
+
+
+def _near_the_query(query: Any, rng: Any) -> list[IndexedPoint]:
+    """40 items near the query's meaning, without its words."""
+    return [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query * 0.5 + rng.normal(
+                             0, 0.3, query.size)),
+                         point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
+                         encode_document(BUILD)) for n in range(40)]
 
 
 def _naming_some_words(query: Any, rng: Any, unembedded_every: int = 0) -> list[IndexedPoint]:
@@ -404,10 +409,7 @@ def test_scoring_unembedded_candidates_when_they_could_be_shown_ranks_as_scoring
     # their words alone, which may rank them above the bound the others are looked up by
     query = np.asarray(EMBEDDER.embed_query(QUERY))
     rng = np.random.default_rng(11)
-    closer = [IndexedPoint(f"00000000-0000-0000-0001-{n:012d}", list(query * 0.5 + rng.normal(
-                               0, 0.3, query.size)),
-                           point(100 + n, BUILD).payload | {"item_id": f"close-{n}"},
-                           encode_document(BUILD)) for n in range(40)]
+    closer = _near_the_query(query, rng)
     words = _naming_some_words(query, rng, unembedded_every=3)
     index = CountingIndex()
     index.upsert([*closer, *words])
