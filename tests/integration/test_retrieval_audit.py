@@ -135,7 +135,7 @@ async def test_a_hybrid_replay_keeps_its_list_though_keyword_statistics_drift(
         running: Pipeline) -> None:
     """Keyword (BM25) IDF is computed over the whole index when a search runs, so later writes
     that share the query's words lower keyword scores (the default order weighs keywords 0.7:
-    scores measured here up to 12 % lower, in a space of three memories); the items and
+    scores measured here 6-21 % lower, in a space of three memories); the items and
     their order hold. A dense-only replay is exact (above)."""
     await write(running, CreateSpace(space_id="main"))
     first = await memories(running, FIRST)
@@ -145,7 +145,7 @@ async def test_a_hybrid_replay_keeps_its_list_though_keyword_statistics_drift(
         await change_the_world(running, client, first)
         replay = await post(client, f"/v1/retrievals/{audited['retrieval_id']}/replay")
     assert not replay["same"], "the keyword statistics did drift"
-    only_scores_drifted(replay, most=0.2)
+    only_scores_drifted(replay, most=0.3)
 
 
 async def test_a_space_policy_audits_every_context_bundle_and_its_replay_keeps_its_list(
@@ -171,7 +171,7 @@ async def test_a_space_policy_audits_every_context_bundle_and_its_replay_keeps_i
     assert {"session", "memories"} <= sections
     assert said["message_id"] in [r["ref"] for r in record["results"]]
     # A context bundle searches with keywords too: its scores drift like a hybrid search's.
-    only_scores_drifted(replay, most=0.2)
+    only_scores_drifted(replay, most=0.3)
 
 
 async def test_an_unaudited_call_records_nothing(running: Pipeline) -> None:
