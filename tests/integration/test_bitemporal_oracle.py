@@ -214,21 +214,31 @@ class Dice:
         return low + int(next(self._numbers) * (high - low + 1))
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(operations=histories(), sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-       dice=st.lists(st.floats(0, 1, exclude_max=True), min_size=48, max_size=48).map(Dice))
-async def test_every_read_agrees_with_an_independent_point_wise_model(
-        world: World, operations: list[c.CommandBase], sizes: list[int], dice: Dice) -> None:
-    tenant = f"o{next(_tenants)}"
-    reads = ReadBack(world.http, tenant, SPACE, await _history(world, tenant, operations))
-    probes = reads.oracle.probes()
-    for checkpoint in _project_in_batches(world, sizes):
-        if dice.chance():  # what the latest position shows while the rest is pending
-            at = await reads.listing(dice.choice(probes), None, include_archived=True)
-            assert at == checkpoint
-    event(f"{len(reads.oracle.events) // 4 * 4}+ events, smallest batch {min(sizes)}")
-    await _probe(world, reads, dice)
+def _agreement(examples: int) -> Any:
+    """The oracle test over ``examples`` random histories."""
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[
+        HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+    @given(operations=histories(), sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+           dice=st.lists(st.floats(0, 1, exclude_max=True), min_size=48, max_size=48).map(Dice))
+    async def agrees(world: World, operations: list[c.CommandBase], sizes: list[int],
+                     dice: Dice) -> None:
+        tenant = f"o{next(_tenants)}"
+        reads = ReadBack(world.http, tenant, SPACE, await _history(world, tenant, operations))
+        probes = reads.oracle.probes()
+        for checkpoint in _project_in_batches(world, sizes):
+            if dice.chance():  # what the latest position shows while the rest is pending
+                at = await reads.listing(dice.choice(probes), None, include_archived=True)
+                assert at == checkpoint
+        event(f"{len(reads.oracle.events) // 4 * 4}+ events, smallest batch {min(sizes)}")
+        await _probe(world, reads, dice)
+
+    return agrees
+
+
+# 150 histories in a run of the suite (about 20 s); 1,000 in the longer run, `make test-faults`.
+test_every_read_agrees_with_an_independent_point_wise_model = _agreement(150)
+test_every_read_agrees_over_many_more_histories = pytest.mark.faults(_agreement(1_000))
 
 
 async def _probe(w: World, reads: ReadBack, dice: Dice) -> None:
