@@ -109,6 +109,27 @@ def test_writes_and_searches_are_answered_during_a_build_and_the_swap_keeps_them
         reopened.close()
 
 
+def test_an_optimize_asked_for_during_a_build_builds_again_after_its_swap(
+        tmp_path: Path, gate: Path) -> None:
+    dims, shard = 384, tmp_path / "vectors"
+    index = AsideVectorIndex(shard, dims, builder=_gated(gate))
+    try:
+        index.upsert(_points(range(0, 8_000), dims=dims))
+        index.optimize()
+        eventually_sync(lambda: _assert(Path(f"{gate}.pid").exists()), STARTING)
+        # written after the copy was taken: the copy is given them, unindexed
+        index.upsert(_points(range(8_000, 16_000), dims=dims))
+        index.optimize()
+
+        gate.touch()
+        assert index.wait_built(600)
+        assert index.count() == 16_000
+        assert index.indexed() >= 16_000
+        assert _leftovers(shard) == []
+    finally:
+        index.close()
+
+
 def test_an_erasure_during_a_build_abandons_it_and_no_file_keeps_the_payload(
         tmp_path: Path, gate: Path) -> None:
     shard = tmp_path / "vectors"

@@ -12,10 +12,13 @@ an index process that ran it in place answered nothing for seconds (ADR 0022). H
    writes held), flushed, and takes the shard's place: the serving shard is closed, renamed
    ``<path>.old``, the copy renamed ``<path>``, opened and served; ``<path>.old`` is removed.
 
-An erasure abandons a build under way: its copy holds the erased payloads, and vacuuming the
-copy too would stall the process a second time; the next ``optimize`` starts again. Opening
-the index puts back what a crash left (``recover``): the old shard whole if the swap had
-renamed it but not yet the copy; any copy or old shard left over is removed.
+An ``optimize`` asked for during a build is kept: once that build is swapped in, the next
+starts, so the writes given to the copy after it was taken are not left unindexed (searched
+one by one) until more arrive. An erasure abandons a build under way: its copy holds the
+erased payloads, and vacuuming the copy too would stall the process a second time; the next
+``optimize`` starts again. Opening the index puts back what a crash left (``recover``): the
+old shard whole if the swap had renamed it but not yet the copy; any copy or old shard left
+over is removed.
 """
 
 import contextlib
@@ -71,6 +74,8 @@ class _Build:
 
     writes: list[tuple[str, list[Any]]] = field(default_factory=list)
     abandoned: bool = False
+    again: bool = False
+    """Whether ``optimize`` was asked for meanwhile: another build follows this one."""
     builder: subprocess.Popen[bytes] | None = None
     thread: threading.Thread | None = None
 
@@ -170,9 +175,11 @@ class AsideVectorIndex(VectorIndex):
         return self._build is not None
 
     def optimize(self) -> None:
-        """Start a build of the shard's graph, unless one is under way; return at once."""
+        """Start a build of the shard's graph, or have another follow the one under way;
+        return at once."""
         with self._writes:
             if self._build is not None:
+                self._build.again = True
                 return
             build = self._build = _Build()
             build.thread = threading.Thread(target=self._run, args=(build,),
@@ -180,10 +187,13 @@ class AsideVectorIndex(VectorIndex):
         build.thread.start()
 
     def wait_built(self, seconds: float | None = None) -> bool:
-        """Whether no build is under way, waiting up to ``seconds`` for the one that is."""
-        build = self._build
-        if build is not None and build.thread is not None:
-            build.thread.join(seconds)
+        """Whether no build is under way, waiting up to ``seconds`` for the one that is and
+        for those that follow it."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while (build := self._build) is not None and build.thread is not None:
+            build.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if build.thread.is_alive():
+                break
         return self._build is None
 
     def close(self) -> None:
@@ -207,6 +217,8 @@ class AsideVectorIndex(VectorIndex):
             shutil.rmtree(built, ignore_errors=True)
             with self._writes:
                 self._build = None
+            if build.again and not build.abandoned:  # abandoned: closing, or an erasure
+                self.optimize()
 
     def _built(self, build: _Build, built: Path) -> bool:
         """Copy the shard to ``built`` and have a builder optimize it: whether it did."""
