@@ -103,6 +103,10 @@ class Corpus:
                 for i in range(start, stop)]
 
 
+BUILD_S_PER_ITEM = 0.001
+"""About what an HNSW build costs an item here (the raw index's own build at one million)."""
+
+
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     with Steps(total=8) as steps:
         steps.step("embedding base sentences and queries with the local model")
@@ -139,10 +143,13 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
         processes.used(roles_before, processes.snapshot(server.pid)), args.items)
     steps.step(f"indexed {indexed_s:.0f} s after the load "
                f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
-    quiet_s = await wait_quiet()
     # The index builds its HNSW graph once the projector is idle, answering no search
-    # meanwhile: quiet before that build began is not quiet yet.
-    quiet_s += await wait_searchable(http) + await wait_quiet()
+    # meanwhile: quiet before that build began is not quiet yet. A build takes about a
+    # millisecond an item, and the one under way as the load ended may be followed by
+    # another: a busy server is a hung one only well past that.
+    building = max(900.0, args.items * BUILD_S_PER_ITEM * 3)
+    quiet_s = await wait_quiet(limit=building)
+    quiet_s += await wait_searchable(http) + await wait_quiet(limit=building)
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
     cpu, roles = server_cpu_seconds(), processes.snapshot(server.pid)
     latencies = [await _timed_search(http, q) for q in data.queries]
