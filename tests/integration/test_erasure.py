@@ -26,7 +26,7 @@ from memledger_ingest.entrypoints import grpc_api as ingest_grpc
 from memledger_ingest.entrypoints.http import create_app
 from memledger_platform import grpc_server, receipts
 from memledger_platform.auth import TENANT_HEADER, Gate
-from memledger_platform.crypto import ERASED, Opener
+from memledger_platform.crypto import ERASED, Opener, SourceErased
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore.opened import OpenedEventStore
@@ -271,3 +271,19 @@ def test_the_keyring_finds_a_groups_live_keys_at_once_and_never_a_destroyed_one(
             ("acme", "u3", "main"), ("acme", "u4", "main"), ("beta", "u1", "main")})
 
     assert found == {("acme", "u1", "main"): u1, ("acme", "u2", "main"): u2}
+
+
+def test_the_keyring_makes_no_key_for_what_was_learned_from_a_destroyed_key(
+        engines: Endpoints, pg_schema: str) -> None:
+    with ConnectionPool(engines.postgres_dsn, min_size=1, max_size=2, open=True,
+                        kwargs={"autocommit": True}) as pool:
+        keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
+        source = keyring.for_writing("acme", "u1", "main")
+        assert keyring.for_writing("acme", "u1", "other", source.key_id) == source
+        keyring.destroy("acme", "u1")
+
+        with pytest.raises(SourceErased):
+            keyring.for_writing("acme", "u1", "main", source.key_id)
+        assert keyring.spaces_of("acme", "u1") == []
+        fresh = keyring.for_writing("acme", "u1", "main")  # new data of its own is kept
+        assert fresh.key_id != source.key_id

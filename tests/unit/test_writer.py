@@ -408,6 +408,36 @@ async def test_what_was_learned_from_an_erased_subjects_text_is_refused_one_look
     assert keyring.asked == [{gone, kept}]  # one question for the group, none for the blocker
 
 
+class ErasedAfterTheCheck(MemoryKeyring):
+    """Erases ``erasing`` just after the writer asked whether a group's source keys are live:
+    an erasure through another process landing between a group's check and its sealing."""
+
+    erasing: str | None = None
+
+    def live(self, key_ids: Collection[str]) -> set[str]:
+        found = super().live(key_ids)
+        if self.erasing is not None:
+            self.destroy(TENANT, self.erasing)
+            self.erasing = None
+        return found
+
+
+async def test_what_is_learned_from_text_erased_after_the_groups_check_is_refused_unsealed(
+        ) -> None:
+    keyring = ErasedAfterTheCheck()
+    async with _writing_in_notes(InMemoryEventStore(), keyring) as writer:
+        (asserted,) = await writer.submit(TENANT, [memory("notes", subject_id="u1")])
+        [source] = keyring.existing_for_writing([(TENANT, "u1", "notes")]).values()
+        await asyncio.sleep(0.2)  # past the keys looked up ahead: this group looks its own up
+        keyring.erasing = "u1"
+        with pytest.raises(Rejected) as refused:
+            await writer.submit(TENANT, [learned(UUID(str(asserted.ids["item_id"])),
+                                                 source.key_id, 1)])
+    assert isinstance(refused.value.error, Invalid)
+    assert refused.value.error.field == "source_key_id"
+    assert keyring.spaces_of(TENANT, "u1") == []  # no new key holds what the text taught
+
+
 class WritingKeyring(MemoryKeyring):
     """Counts the keys the writer looks up one by one (``for_writing``)."""
 
@@ -415,9 +445,10 @@ class WritingKeyring(MemoryKeyring):
         super().__init__()
         self.one_by_one: list[str] = []
 
-    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+    def for_writing(self, tenant: str, subject: str, space: str, source: str | None = None
+                    ) -> SubjectKey:
         self.one_by_one.append(subject)
-        return super().for_writing(tenant, subject, space)
+        return super().for_writing(tenant, subject, space, source)
 
 
 async def test_a_groups_existing_subject_keys_are_looked_up_together_and_seal_as_before(

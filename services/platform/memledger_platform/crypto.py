@@ -84,11 +84,19 @@ class SubjectKey:
     key: bytes
 
 
+class SourceErased(Exception):
+    """A key was asked for to seal what was learned from text whose key is destroyed."""
+
+
 class Keyring(ABC):
     @abstractmethod
-    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+    def for_writing(self, tenant: str, subject: str, space: str, source: str | None = None
+                    ) -> SubjectKey:
         """The subject's live key (made on first use), noting that it seals data in ``space``
-        (so an erasure can check that space's legal hold)."""
+        (so an erasure can check that space's legal hold). With ``source`` (the key that
+        sealed what the data was learned from), no key is made unless that key is live, at
+        the moment of making it (``SourceErased``): an erasure landing after the writer's
+        check must not see what was learned from the erased text come back under a new key."""
 
     def existing_for_writing(self, wanted: Collection[tuple[str, str, str]]
                              ) -> dict[tuple[str, str, str], SubjectKey]:
@@ -331,9 +339,12 @@ class MemoryKeyring(Keyring):
         self._spaces: dict[tuple[str, str], set[str]] = {}
         self._secret = os.urandom(32)
 
-    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+    def for_writing(self, tenant: str, subject: str, space: str, source: str | None = None
+                    ) -> SubjectKey:
         found = self._live.get((tenant, subject))
         if found is None:
+            if source is not None and source not in self._keys:
+                raise SourceErased(source)
             found = SubjectKey(os.urandom(8).hex(), new_key())
             self._live[(tenant, subject)] = found
             self._keys[found.key_id] = found.key

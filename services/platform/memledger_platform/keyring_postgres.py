@@ -12,6 +12,7 @@ from psycopg_pool import ConnectionPool
 
 from memledger_platform.crypto import (
     Keyring,
+    SourceErased,
     SubjectKey,
     digest_secret,
     keyed_digest,
@@ -50,7 +51,8 @@ class PostgresKeyring(Keyring):
         with pool.connection() as conn, exclusively(conn, creating(schema)):
             conn.execute(sql.SQL(_TABLE).format(s=self._s))
 
-    def for_writing(self, tenant: str, subject: str, space: str) -> SubjectKey:
+    def for_writing(self, tenant: str, subject: str, space: str, source: str | None = None
+                    ) -> SubjectKey:
         with self._pool.connection() as conn:
             # The usual case reads only: a live key that already seals data in this space
             # (an UPDATE per commit group would serialise every writer on the key's row).
@@ -68,13 +70,21 @@ class PostgresKeyring(Keyring):
                 {"tenant": tenant, "subject": subject, "space": space}).fetchone()
             if row is None:
                 key_id, key = os.urandom(8).hex(), new_key()
+                # Never while ``source`` is destroyed: learned data's source is usually this
+                # subject's key, so finding none live here means its destroy committed before
+                # this statement, which sees it.
                 row = conn.execute(sql.SQL(
                     "INSERT INTO {}.memledger_subject_keys (key_id, tenant_id, subject_id, "
-                    "wrapped, spaces) VALUES (%s, %s, %s, %s, ARRAY[%s]) ON CONFLICT "
-                    "(tenant_id, subject_id) WHERE destroyed_at IS NULL DO UPDATE SET spaces = "
-                    "{}.memledger_subject_keys.spaces RETURNING key_id, wrapped").format(
-                    self._s, self._s),
-                    (key_id, tenant, subject, wrap(self._master, key_id, key), space)).fetchone()
+                    "wrapped, spaces) SELECT %(key_id)s, %(tenant)s, %(subject)s, %(wrapped)s, "
+                    "ARRAY[%(space)s] WHERE %(source)s::text IS NULL OR EXISTS (SELECT 1 FROM "
+                    "{}.memledger_subject_keys WHERE key_id = %(source)s AND destroyed_at IS "
+                    "NULL) ON CONFLICT (tenant_id, subject_id) WHERE destroyed_at IS NULL DO "
+                    "UPDATE SET spaces = {}.memledger_subject_keys.spaces RETURNING key_id, "
+                    "wrapped").format(self._s, self._s, self._s),
+                    {"key_id": key_id, "tenant": tenant, "subject": subject, "space": space,
+                     "wrapped": wrap(self._master, key_id, key), "source": source}).fetchone()
+                if row is None:
+                    raise SourceErased(str(source))
         assert row is not None
         return SubjectKey(row[0], self._unwrapped(row[0], bytes(row[1])))
 

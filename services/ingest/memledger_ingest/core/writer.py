@@ -49,6 +49,7 @@ from memledger_platform.crypto import (
     PERSONAL,
     CipherMemo,
     Keyring,
+    SourceErased,
     SubjectKey,
     combined,
     seal_payload,
@@ -443,12 +444,12 @@ class GroupCommitWriter:
         try:
             self._source_not_erased(cmd)
             decision = decide(cmd, ctx, lookup)
+            for caused in decision.also:
+                plan.events.extend(self._envelopes(plan, cmd, ctx, caused))
+            start = len(plan.events)
+            plan.events.extend(self._envelopes(plan, cmd, ctx, decision))
         except DomainError as error:
             raise Rejected(index, error) from error
-        for caused in decision.also:
-            plan.events.extend(self._envelopes(plan, cmd, ctx, caused))
-        start = len(plan.events)
-        plan.events.extend(self._envelopes(plan, cmd, ctx, decision))
         plan.slices.append((start, len(plan.events), decision))
         plan.replayed.append(None)
         if key is not None:
@@ -517,8 +518,9 @@ class GroupCommitWriter:
         if event_type not in PERSONAL:
             return cmd.subject_id or (state.subject if state else None), None
         subjects = subjects_of(cmd, state, decision.space_id, plan.states, ctx.tenant)
+        source = cmd.__dict__.get("source_key_id")
         keys = [k for s in subjects
-                if (k := self._key(ctx.tenant, s, decision.space_id)) is not None]
+                if (k := self._key(ctx.tenant, s, decision.space_id, source)) is not None]
         return subjects[0], combined(keys) if keys else None
 
     def _look_ahead(self) -> None:
@@ -587,12 +589,19 @@ class GroupCommitWriter:
                 and source not in self._live_sources):
             raise Invalid("source_key_id", "the data subject of the source was erased")
 
-    def _key(self, tenant: str, subject: str | None, space: str) -> SubjectKey | None:
+    def _key(self, tenant: str, subject: str | None, space: str, source: str | None
+             ) -> SubjectKey | None:
+        """The key sealing ``subject``'s data in ``space``; with ``source``, data learned from
+        text that key sealed: refused if that key was destroyed since the group's check."""
         if self._keyring is None or subject is None:
             return None
         found = self._group_keys.get((tenant, subject, space))
         if found is None:
-            found = self._keyring.for_writing(tenant, subject, space)
+            try:
+                found = self._keyring.for_writing(tenant, subject, space, source)
+            except SourceErased as erased:
+                raise Invalid("source_key_id", "the data subject of the source was erased"
+                              ) from erased
             self._group_keys[(tenant, subject, space)] = found
         return found
 
