@@ -6,7 +6,7 @@ other subject's data untouched; a full rebuild still works and equals the scrubb
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -256,34 +256,36 @@ async def _healthy() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-def test_the_keyring_finds_a_groups_live_keys_at_once_and_never_a_destroyed_one(
-        engines: Endpoints, pg_schema: str) -> None:
+@pytest.fixture
+def keyring(engines: Endpoints, pg_schema: str) -> Iterator[PostgresKeyring]:
+    """A keyring on the test's schema, alone (no writer, no pipeline)."""
     with ConnectionPool(engines.postgres_dsn, min_size=1, max_size=2, open=True,
                         kwargs={"autocommit": True}) as pool:
-        keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
-        u1 = keyring.for_writing("acme", "u1", "main")
-        u2 = keyring.for_writing("acme", "u2", "main")
-        keyring.for_writing("acme", "u3", "main")
-        keyring.destroy("acme", "u3")
+        yield PostgresKeyring(pool, os.urandom(32), pg_schema)
 
-        found = keyring.existing_for_writing({
-            ("acme", "u1", "main"), ("acme", "u2", "main"), ("acme", "u2", "other"),
-            ("acme", "u3", "main"), ("acme", "u4", "main"), ("beta", "u1", "main")})
+
+def test_the_keyring_finds_a_groups_live_keys_at_once_and_never_a_destroyed_one(
+        keyring: PostgresKeyring) -> None:
+    u1 = keyring.for_writing("acme", "u1", "main")
+    u2 = keyring.for_writing("acme", "u2", "main")
+    keyring.for_writing("acme", "u3", "main")
+    keyring.destroy("acme", "u3")
+
+    found = keyring.existing_for_writing({
+        ("acme", "u1", "main"), ("acme", "u2", "main"), ("acme", "u2", "other"),
+        ("acme", "u3", "main"), ("acme", "u4", "main"), ("beta", "u1", "main")})
 
     assert found == {("acme", "u1", "main"): u1, ("acme", "u2", "main"): u2}
 
 
 def test_the_keyring_makes_no_key_for_what_was_learned_from_a_destroyed_key(
-        engines: Endpoints, pg_schema: str) -> None:
-    with ConnectionPool(engines.postgres_dsn, min_size=1, max_size=2, open=True,
-                        kwargs={"autocommit": True}) as pool:
-        keyring = PostgresKeyring(pool, os.urandom(32), pg_schema)
-        source = keyring.for_writing("acme", "u1", "main")
-        assert keyring.for_writing("acme", "u1", "other", source.key_id) == source
-        keyring.destroy("acme", "u1")
+        keyring: PostgresKeyring) -> None:
+    source = keyring.for_writing("acme", "u1", "main")
+    assert keyring.for_writing("acme", "u1", "other", source.key_id) == source
+    keyring.destroy("acme", "u1")
 
-        with pytest.raises(SourceErased):
-            keyring.for_writing("acme", "u1", "main", source.key_id)
-        assert keyring.spaces_of("acme", "u1") == []
-        fresh = keyring.for_writing("acme", "u1", "main")  # new data of its own is kept
-        assert fresh.key_id != source.key_id
+    with pytest.raises(SourceErased):
+        keyring.for_writing("acme", "u1", "main", source.key_id)
+    assert keyring.spaces_of("acme", "u1") == []
+    fresh = keyring.for_writing("acme", "u1", "main")  # new data of its own is kept
+    assert fresh.key_id != source.key_id
