@@ -32,11 +32,14 @@ import os, pathlib, sys, time
 from memledger_platform.vectorindex import aside
 gate = pathlib.Path(sys.argv[1])
 pathlib.Path(sys.argv[1] + ".pid").write_text(str(os.getpid()))
+with open(sys.argv[1] + ".runs", "a") as runs:
+    print("run", file=runs)
 while not gate.exists():
     time.sleep(0.01)
 sys.exit(aside.main(sys.argv[2:]))
 """
-"""A builder that waits for its gate file (having written its pid beside it), then builds."""
+"""A builder that waits for its gate file (having written its pid beside it, and a line to
+``<gate>.runs``), then builds."""
 
 
 def _gated(gate: Path) -> list[str]:
@@ -111,20 +114,21 @@ def test_writes_and_searches_are_answered_during_a_build_and_the_swap_keeps_them
 
 def test_an_optimize_asked_for_during_a_build_builds_again_after_its_swap(
         tmp_path: Path, gate: Path) -> None:
-    dims, shard = 384, tmp_path / "vectors"
-    index = AsideVectorIndex(shard, dims, builder=_gated(gate))
+    shard = tmp_path / "vectors"
+    index = AsideVectorIndex(shard, 8, builder=_gated(gate))
     try:
-        index.upsert(_points(range(0, 8_000), dims=dims))
+        index.upsert(_points(range(0, 200)))
         index.optimize()
         eventually_sync(lambda: _assert(Path(f"{gate}.pid").exists()), STARTING)
-        # written after the copy was taken: the copy is given them, unindexed
-        index.upsert(_points(range(8_000, 16_000), dims=dims))
+        # written after the copy was taken: only a build after this one puts them in a graph
+        index.upsert(_points(range(200, 400)))
         index.optimize()
+        index.optimize()  # asked twice meanwhile: still one build after
 
         gate.touch()
         assert index.wait_built(600)
-        assert index.count() == 16_000
-        assert index.indexed() >= 16_000
+        assert Path(f"{gate}.runs").read_text().splitlines() == ["run", "run"]
+        assert index.count() == 400
         assert _leftovers(shard) == []
     finally:
         index.close()
