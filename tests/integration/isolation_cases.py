@@ -69,6 +69,10 @@ PUBLIC = frozenset({("GET", "/health"), ("GET", "/openapi.json"),
                     ("GET", "/v1/query/health"), ("GET", "/v1/query/openapi.json")})
 """Routes anyone may call (still checked for the other tenant's data)."""
 
+TENANTLESS = frozenset({("GET", "/v1/query/vectors/graph")})
+"""Routes that answer about the whole service, no tenant's data (still attacked: no answer of
+theirs may show the other tenant's data either), so a victim's own answer shows none too."""
+
 
 @dataclass(frozen=True)
 class HttpCase:
@@ -88,6 +92,10 @@ class HttpCase:
     @property
     def public(self) -> bool:
         return (self.method, self.path) in PUBLIC
+
+    @property
+    def tenantless(self) -> bool:
+        return (self.method, self.path) in TENANTLESS
 
     @property
     def names_a_space(self) -> bool:

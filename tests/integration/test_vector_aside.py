@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memledger_platform.vectorindex.aside import AsideVectorIndex, aside
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
+from memledger_platform.vectorindex.port import OPEN, GraphState, IndexedPoint, Scope
 from memledger_platform.vectorindex.qdrant_edge import QdrantEdgeVectorIndex
 from tests.integration.test_erasure_files import file_hits
 from tests.support import eventually_sync
@@ -124,11 +124,12 @@ def test_an_optimize_asked_for_during_a_build_builds_again_after_its_swap(
         index.upsert(_points(range(200, 400)))
         index.optimize()
         index.optimize()  # asked twice meanwhile: still one build after
+        assert index.graph() == GraphState(400, 0, building=True)
 
         gate.touch()
         assert index.wait_built(600)
         assert Path(f"{gate}.runs").read_text().splitlines() == ["run", "run"]
-        assert index.count() == 400
+        assert index.graph() == GraphState(400, 0, building=False)  # too few for a graph
         assert _leftovers(shard) == []
     finally:
         index.close()

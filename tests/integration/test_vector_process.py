@@ -33,6 +33,7 @@ from memledger_platform.vectorindex import process, wire
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
 from memledger_platform.vectorindex.port import (
     OPEN,
+    GraphState,
     IndexedPoint,
     IndexReopened,
     IndexUnavailable,
@@ -388,6 +389,16 @@ def test_other_processes_read_the_index_its_owner_writes_over_its_socket(
                for _ in range(3)]
     answers = [reader.communicate(timeout=60) for reader in readers]
     assert [out.split() for out, _ in answers] == [ids(owner, now(), Y)] * 3, answers
+
+
+def test_a_reader_is_told_how_much_of_the_index_its_graph_covers(
+        owner: ProcessVectorIndex) -> None:
+    owner.upsert([point("1"), point("2", vector=Y)])
+    reader = SocketVectorIndex(owner.address)
+    try:
+        assert reader.graph() == GraphState(2, 0, building=False)  # too few for a graph
+    finally:
+        reader.close()
 
 
 def test_the_socket_is_served_to_its_owner_only(owner: ProcessVectorIndex) -> None:

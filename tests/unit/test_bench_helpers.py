@@ -5,8 +5,10 @@ import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 import pytest
+from aiohttp import web
 from nats.js.api import ConsumerConfig, ConsumerInfo
 
 from memledger_cli.bench import corpus, readside, settle
@@ -116,3 +118,46 @@ def test_the_enricher_is_behind_while_its_consumer_has_events_to_deliver_or_sett
                         created=datetime(2026, 1, 1, tzinfo=UTC), num_pending=pending,
                         num_ack_pending=unsettled, paused=paused)
     assert settle.enricher_behind(info) is behind
+
+
+async def _graph_server(answers: list[tuple[int, bool]]) -> tuple[web.AppRunner, str]:
+    """A server answering ``GET /v1/query/vectors/graph`` from ``answers`` (status, building),
+    one a request, the last one again once they run out; ``indexed`` counts the requests."""
+    asked = 0
+
+    async def graph(_: web.Request) -> web.Response:
+        nonlocal asked
+        asked += 1
+        status, building = answers.pop(0) if len(answers) > 1 else answers[0]
+        return web.json_response({"points": 9, "indexed": asked, "building": building},
+                                 status=status)
+
+    app = web.Application()
+    app.router.add_get("/v1/query/vectors/graph", graph)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def test_a_build_is_waited_out_until_none_is_seen_twice_in_a_row() -> None:
+    # not building once between two builds (one followed the other) is not the end
+    runner, url = await _graph_server([(200, True), (200, False), (200, True), (200, False),
+                                       (200, False), (200, True)])
+    try:
+        async with aiohttp.ClientSession(url) as http:
+            _, graph = await settle.wait_built(http, limit=30, every=0)
+    finally:
+        await runner.cleanup()
+    assert graph == {"points": 9, "indexed": 5, "building": False}  # the fifth answer
+
+
+async def test_a_server_that_does_not_tell_its_graph_is_not_waited_on() -> None:
+    runner, url = await _graph_server([(403, True)])
+    try:
+        async with aiohttp.ClientSession(url) as http:
+            assert (await settle.wait_built(http, limit=30, every=0))[1] == {}
+    finally:
+        await runner.cleanup()

@@ -77,10 +77,14 @@ _CONSOLE = ("the operator console's page and assets, for a browser: no data of t
 _HEALTH = ("a probe of the process for supervisors and load balancers; a gRPC channel's own "
            "connectivity state (or a call) is the probe there")
 _SPEC = "the API's own description, read by tools; the protos are gRPC's"
+_GRAPH = ("an operator's probe of the vector index's graph build (benchmarks wait on it), "
+          "like the health probes: no data of a tenant")
 
 EXCLUDED: dict[tuple[Route, Interface], str] = {
     (("GET", "/health"), "grpc"): _HEALTH,
     (("GET", "/v1/query/health"), "grpc"): _HEALTH,
+    (("GET", "/v1/query/vectors/graph"), "client"): _GRAPH,
+    (("GET", "/v1/query/vectors/graph"), "grpc"): _GRAPH,
     (("GET", "/openapi.json"), "client"): _SPEC,
     (("GET", "/openapi.json"), "grpc"): _SPEC,
     (("GET", "/v1/query/openapi.json"), "client"): _SPEC,

@@ -16,7 +16,9 @@ How the server is loaded (fast, and every write through the public API):
 - the enricher's JetStream consumer is paused for the run: it would not embed the imports
   again, but it would read each for entity mentions and preferences, sharing the machine's
   cores with the load; ``bench embed`` measures the enricher;
-- search is measured once the vector index has reached the last write and the server has gone
+- search is measured once the vector index has reached the last write, says no graph build
+  is under way (``GET /v1/query/vectors/graph``; ``graph_points`` and ``graph_indexed`` are
+  what it then says: the points not indexed are searched one by one) and the server has gone
   quiet (projection and the HNSW build done, see ``settle``).
 
 Queries are distinct texts (the server caches query embeddings), embedded by the server on
@@ -60,6 +62,7 @@ from memledger_cli.bench.search_raw import SPACE, WARMUP, raw_phase
 from memledger_cli.bench.settle import (
     pause_enricher,
     server_cpu_seconds,
+    wait_built,
     wait_indexed,
     wait_quiet,
     wait_searchable,
@@ -149,7 +152,9 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
     # another: a busy server is a hung one only well past that.
     building = max(900.0, args.items * BUILD_S_PER_ITEM * 3)
     quiet_s = await wait_quiet(limit=building)
-    quiet_s += await wait_searchable(http) + await wait_quiet(limit=building)
+    quiet_s += await wait_searchable(http)
+    built_s, graph = await wait_built(http, limit=building)
+    quiet_s += built_s + await wait_quiet(limit=building)
     steps.step(f"{args.queries} searches over HTTP (after {WARMUP} warm-up)")
     cpu, roles = server_cpu_seconds(), processes.snapshot(server.pid)
     latencies = [await _timed_search(http, q) for q in data.queries]
@@ -170,7 +175,8 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
             "load_cpu_ms_per_item_by_process": load_cpu_by_process,
             "load_batches_timed_out": timeouts,
             "indexed_s_after_load": round(indexed_s, 1),
-            "settled_s_after_indexed": round(quiet_s, 1)}
+            "settled_s_after_indexed": round(quiet_s, 1),
+            "graph_points": graph.get("points"), "graph_indexed": graph.get("indexed")}
 
 
 def _per_query_ms(before: float | None, after: float | None, count: int) -> float | None:

@@ -11,6 +11,7 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import nats
@@ -165,8 +166,35 @@ async def wait_searchable(http: aiohttp.ClientSession, limit: float = 900.0) -> 
     raise RuntimeError(f"no search was answered in {limit:.0f}s")
 
 
+async def wait_built(http: aiohttp.ClientSession, limit: float = 900.0, every: float = 2.0
+                     ) -> tuple[float, dict[str, Any]]:
+    """Seconds until the vector index has no graph build under way, seen twice ``every``
+    seconds apart (a build may follow another at once), and its graph then. A server that
+    does not say (a key without the admin role, or no such route) is not waited on: ``{}``.
+    CPU quiet alone is not enough: a build's copy being opened, or its catch-up between
+    builder and swap, can look quiet for a window."""
+    start = time.monotonic()
+    idle = 0
+    while time.monotonic() - start < limit:
+        async with http.get("/v1/query/vectors/graph") as response:
+            if response.status in (401, 403, 404):
+                return time.monotonic() - start, {}
+            if response.status == 200:
+                graph: dict[str, Any] = await response.json()
+                idle = 0 if graph["building"] else idle + 1
+                if idle == 2:
+                    return time.monotonic() - start, graph
+            elif response.status not in (503, 504):
+                raise RuntimeError(f"vectors graph -> {response.status}")
+        await asyncio.sleep(every)
+    raise RuntimeError(f"the vector index was still building its graph after {limit:.0f}s")
+
+
 async def settled(http: aiohttp.ClientSession) -> None:
-    """Once the vector index holds everything written so far and the server went quiet."""
+    """Once the vector index holds everything written so far, no graph build is under way
+    and the server went quiet."""
     async with http.get("/health") as health:
         await wait_indexed(http, (await health.json())["position"])
+    await wait_quiet()
+    await wait_built(http)
     await wait_quiet()

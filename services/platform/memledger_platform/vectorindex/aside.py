@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memledger_platform.vectorindex.port import Hit, IndexedPoint, Scope, SparseVector, VectorIndex
+from memledger_platform.vectorindex.port import (
+    GraphState,
+    Hit,
+    IndexedPoint,
+    Scope,
+    SparseVector,
+    VectorIndex,
+)
 from memledger_platform.vectorindex.qdrant_edge import LOCK_SECONDS, QdrantEdgeVectorIndex, hold
 
 log = logging.getLogger(__name__)
@@ -166,6 +173,11 @@ class AsideVectorIndex(VectorIndex):
         """How many vectors of the serving shard are in an HNSW graph."""
         with self._swap:
             return self._serving.indexed()
+
+    def graph(self) -> GraphState:
+        building = self._build is not None
+        with self._swap:
+            return GraphState(self._serving.count(), self._serving.indexed(), building)
 
     # --- the build -----------------------------------------------------------------------------
 

@@ -195,6 +195,12 @@ class VectorIndex(ABC):
     def count(self) -> int:
         """How many points are indexed."""
 
+    def graph(self) -> "GraphState":
+        """How much of the index its graph covers, and whether a build is under way (an
+        engine that builds nothing aside, or searches exactly, covers every point)."""
+        points = self.count()
+        return GraphState(points, points, building=False)
+
     def flush(self) -> None:  # noqa: B027  (optional: engines that persist on their own)
         """Make what was written durable (engines without a write-ahead log)."""
 
@@ -204,6 +210,17 @@ class VectorIndex(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional: most adapters hold nothing to release)
         """Release resources (flushing what is pending)."""
+
+
+@dataclass(frozen=True)
+class GraphState:
+    """``points`` in the index, ``indexed`` of them in its HNSW graph (the rest are searched
+    one by one), and whether a build is under way: a search is as fast as it will get once
+    ``indexed`` reaches ``points`` with no build under way."""
+
+    points: int
+    indexed: int
+    building: bool
 
 
 def message_text(participant: str | None, content: str) -> str:

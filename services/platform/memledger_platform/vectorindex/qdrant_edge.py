@@ -16,6 +16,7 @@ from memledger_platform.vectorindex.port import (
     RANGE_FIELDS,
     SYS_UNTIL,
     Condition,
+    GraphState,
     Hit,
     IndexedPoint,
     Scope,
@@ -154,6 +155,9 @@ class QdrantEdgeVectorIndex(VectorIndex):
         """How many vectors are in an HNSW graph (the rest are searched one by one)."""
         with self._lock:
             return int(self._shard.info().indexed_vectors_count)
+
+    def graph(self) -> GraphState:
+        return GraphState(self.count(), self.indexed(), building=False)
 
     def optimize(self) -> None:
         """Build the HNSW graph for what was added (search is exact until then)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from memledger_platform.vectorindex import wire
 from memledger_platform.vectorindex.port import (
+    GraphState,
     Hit,
     IndexedPoint,
     IndexUnavailable,
@@ -88,6 +89,10 @@ class ForwardedVectorIndex(VectorIndex):
 
     def count(self) -> int:
         return int(self._call("count"))
+
+    def graph(self) -> GraphState:
+        found: GraphState = self._call("graph")
+        return found
 
     def flush(self) -> None:
         self._call("flush")

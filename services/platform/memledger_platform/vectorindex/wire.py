@@ -20,7 +20,7 @@ _MAX_PATH = 100
 """A Unix socket's path holds 108 bytes: a longer one is reached through its directory."""
 
 REPEATABLE = frozenset({"search", "search_sparse", "search_both", "vectors", "payloads",
-                        "points", "session_messages", "count"})
+                        "points", "session_messages", "count", "graph"})
 """Calls that write nothing: sending one again after a lost connection is harmless."""
 CALLS = REPEATABLE | {"upsert", "delete", "delete_subject", "flush", "optimize"}
 """The ``VectorIndex`` methods the index process answers (closing is its owner's alone)."""

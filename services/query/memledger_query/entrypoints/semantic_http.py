@@ -76,7 +76,7 @@ from memledger_schemas.api.semantic import (
     TimeWindow,
     Window,
 )
-from memledger_schemas.api.vectors import SUMMARY_PATH, VectorSummary
+from memledger_schemas.api.vectors import GRAPH_PATH, SUMMARY_PATH, VectorGraph, VectorSummary
 
 _QUERY_CACHE = 2_048
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -162,6 +162,15 @@ def router(semantic: Semantic) -> APIRouter:
             wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 2_000) -> VectorSummary:
         return await vector_summary.summary(semantic.index, semantic.progress, semantic.reader,
                                             semantic.run, who, as_of_position, wait_ms)
+
+    @routes.get(GRAPH_PATH, response_model=VectorGraph)
+    async def vectors_graph(who: KeyHolder) -> VectorGraph:
+        try:
+            require(who, "admin")
+        except Denied as denied:
+            raise Problem(denied.status, denied.code, denied.message, denied.path) from None
+        state = await semantic.run(semantic.index.graph)
+        return VectorGraph(points=state.points, indexed=state.indexed, building=state.building)
 
     return routes
 
