@@ -29,6 +29,8 @@ class VectorGraph(BaseModel):
     points: int
     """Points in the index."""
     indexed: int
-    """Of them, those in its HNSW graph; the rest are searched one by one until a build."""
+    """Vectors in the engine's indexes: the dense HNSW graph's and the keyword index's counted
+    together (a point with both counts twice); a dense vector in no graph is searched one by
+    one until a build."""
     building: bool
     """Whether a graph build is under way (searches are answered meanwhile)."""

@@ -18,7 +18,8 @@ How the server is loaded (fast, and every write through the public API):
   cores with the load; ``bench embed`` measures the enricher;
 - search is measured once the vector index has reached the last write, says no graph build
   is under way (``GET /v1/query/vectors/graph``; ``graph_points`` and ``graph_indexed`` are
-  what it then says: the points not indexed are searched one by one) and the server has gone
+  what it then says: the engine counts a point's dense and keyword vectors apart, so twice the
+  points is all indexed) and the server has gone
   quiet (projection and the HNSW build done, see ``settle``).
 
 Queries are distinct texts (the server caches query embeddings), embedded by the server on

@@ -214,9 +214,9 @@ class VectorIndex(ABC):
 
 @dataclass(frozen=True)
 class GraphState:
-    """``points`` in the index, ``indexed`` of them in its HNSW graph (the rest are searched
-    one by one), and whether a build is under way: a search is as fast as it will get once
-    ``indexed`` reaches ``points`` with no build under way."""
+    """``points`` in the index, ``indexed`` vectors in the engine's indexes (Qdrant counts the
+    dense graph's and the keyword index's together: a point with both counts twice; a dense
+    vector in no graph is searched one by one), and whether a build is under way."""
 
     points: int
     indexed: int
