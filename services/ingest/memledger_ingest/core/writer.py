@@ -587,7 +587,7 @@ class GroupCommitWriter:
         source = cmd.__dict__.get("source_key_id")
         if (source is not None and self._keyring is not None
                 and source not in self._live_sources):
-            raise Invalid("source_key_id", "the data subject of the source was erased")
+            raise _source_erased()
 
     def _key(self, tenant: str, subject: str | None, space: str, source: str | None
              ) -> SubjectKey | None:
@@ -600,8 +600,7 @@ class GroupCommitWriter:
             try:
                 found = self._keyring.for_writing(tenant, subject, space, source)
             except SourceErased as erased:
-                raise Invalid("source_key_id", "the data subject of the source was erased"
-                              ) from erased
+                raise _source_erased() from erased
             self._group_keys[(tenant, subject, space)] = found
         return found
 
@@ -662,3 +661,8 @@ def _settle(future: "asyncio.Future[list[CommandResult]]",
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+def _source_erased() -> Invalid:
+    """The refusal of what was learned from text whose subject was erased."""
+    return Invalid("source_key_id", "the data subject of the source was erased")
