@@ -17,7 +17,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from memledger_platform.engines import free_port
 from tests.support import eventually_sync, probe
 
 
@@ -55,9 +54,10 @@ def _home_of(proc: psutil.Process) -> str | None:
 
 
 def start(home: Path, **env: str) -> Running:
-    # ports of its own: the default gRPC port may still be held by the previous test's server
-    ports = {"MEMLEDGER_HTTP_PORT": str(free_port()), "MEMLEDGER_NATS_PORT": str(free_port()),
-             "MEMLEDGER_GRPC_PORT": str(free_port())}
+    # Ports the server binds itself (0) and announces: a port picked here could be taken by
+    # another worker's server first, and the test would talk to that one. Its engines' ports
+    # are left to it too (unset: it picks free ones).
+    ports = {"MEMLEDGER_HTTP_PORT": "0", "MEMLEDGER_GRPC_PORT": "0"}
     full_env = {**os.environ, "MEMLEDGER_HOME": str(home), "MEMLEDGER_LOG_FORMAT": "json",
                 **ports, **env}
     proc = subprocess.Popen([sys.executable, "-m", "memledger_cli", "up"], env=full_env,

@@ -4,21 +4,23 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memledger_cli.embedded import with_credentials
-from memledger_platform.engines import NATS_ADMIN, free_port
+from memledger_platform.engines import NATS_ADMIN
 from memledger_platform.settings import Settings
 
 
@@ -41,45 +43,107 @@ class Server:
     """The ``memledger up`` process (its services and engines are its descendants)."""
 
 
+STARTS = 3
+"""Starts of a private server tried: an engine's port, picked free by ``up``, may be taken by
+another process before the engine binds it (``up`` then exits naming the port)."""
+
+_ANNOUNCED = re.compile(r"^\s+(HTTP API|postgres|nats)\s+(\S+)", re.MULTILINE)
+_READY = "Ctrl-C stops"
+
+
+class _PortTaken(RuntimeError):
+    """``up`` exited during start-up because a port it picked was taken meanwhile."""
+
+
 @contextmanager
 def private_server(extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """A fresh ``memledger up`` in its own process and data directory, so the load generator
-    (this process) and the server do not share an interpreter, as with real clients."""
+    (this process) and the server do not share an interpreter, as with real clients. The
+    server binds ports of its own choosing and the bench reads them from its banner: ports
+    picked here could be taken by another server before it bound them, and the bench would
+    then measure that one."""
+    for attempt in range(1, STARTS + 1):
+        try:
+            with _private_server(extra_env) as server:
+                yield server
+            return
+        except _PortTaken:
+            if attempt == STARTS:
+                raise
+
+
+@contextmanager
+def _private_server(extra_env: dict[str, str] | None) -> Iterator[Server]:
     # A file an exiting engine writes while the directory is removed must not lose the
     # measurement: what cannot be removed is left behind.
     with tempfile.TemporaryDirectory(prefix="memledger-bench-", ignore_cleanup_errors=True
                                      ) as home:
-        ports = {name: free_port() for name in ("HTTP", "POSTGRES", "NATS")}
-        env = {**os.environ, "MEMLEDGER_HOME": home, "MEMLEDGER_MODE": "embedded",
-               "MEMLEDGER_LOG_FORMAT": "json", "MEMLEDGER_LOG_LEVEL": "warning",
-               **{f"MEMLEDGER_{k}_PORT": str(v) for k, v in ports.items()}, **(extra_env or {})}
+        env = {**_without_ports(os.environ), "MEMLEDGER_HOME": home,
+               "MEMLEDGER_MODE": "embedded", "MEMLEDGER_LOG_FORMAT": "json",
+               "MEMLEDGER_LOG_LEVEL": "warning", "MEMLEDGER_HTTP_PORT": "0",
+               "MEMLEDGER_GRPC_PORT": "0", **(extra_env or {})}
         log_path = Path(home) / "server.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "memledger_cli", "up"], env=env,
                                     stdout=log, stderr=subprocess.STDOUT)
             try:
-                url = f"http://127.0.0.1:{ports['HTTP']}"
+                announced = _announced(proc, log_path)
+                url = announced["HTTP API"]
                 _wait_healthy(url, proc, log_path)
                 engines = with_credentials(  # the bench is the owner: it logs in as the admin
-                    Path(home), f"postgresql://postgres@127.0.0.1:{ports['POSTGRES']}/memledger",
-                    f"nats://127.0.0.1:{ports['NATS']}")
+                    Path(home), f"postgresql://postgres@127.0.0.1:"
+                    f"{_port(announced['postgres'])}/memledger",
+                    f"nats://127.0.0.1:{_port(announced['nats'])}")
                 yield Server(url, engines.postgres_dsn, engines.nats_url(NATS_ADMIN), home,
                              proc.pid)
+            except _PortTaken:
+                raise
             except Exception:
                 # The server's data directory goes with it: its last words go to the terminal.
                 print(f"memledger bench: the server's log ended with:\n"
                       f"{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
                 raise
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:  # measured already: say so, and go on
-                    print(f"memledger bench: the server had not stopped 60 s after SIGTERM "
-                          f"and was killed; its log ended with:\n"
-                          f"{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
-                    proc.kill()
-                    proc.wait()
+                _stop(proc, log_path)
+
+
+def _without_ports(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without the port settings a user's own server may use."""
+    return {k: v for k, v in environ.items()
+            if not (k.startswith("MEMLEDGER_") and k.endswith("_PORT"))}
+
+
+def _announced(proc: "subprocess.Popen[bytes]", log_path: Path) -> dict[str, str]:
+    """The addresses ``up`` printed in its banner, once it printed it."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        if _READY in text:
+            return dict(_ANNOUNCED.findall(text))
+        if proc.poll() is not None:
+            if "already in use" in text:
+                raise _PortTaken(text[-3000:])
+            raise RuntimeError(f"memledger exited during start-up:\n{text[-3000:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"memledger did not start:\n{log_path.read_text()[-3000:]}")
+
+
+def _port(address: str) -> int:
+    port = urlsplit(address).port
+    assert port is not None, address
+    return port
+
+
+def _stop(proc: "subprocess.Popen[bytes]", log_path: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # measured already: say so, and go on
+        print(f"memledger bench: the server had not stopped 60 s after SIGTERM "
+              f"and was killed; its log ended with:\n"
+              f"{log_path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        proc.kill()
+        proc.wait()
 
 
 def _wait_healthy(url: str, proc: "subprocess.Popen[bytes]", log_path: Path) -> None:
