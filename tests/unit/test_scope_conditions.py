@@ -14,6 +14,7 @@ from memledger_platform.vectorindex.port import (
     conditions,
     in_scope,
     stored_payload,
+    written_by,
 )
 
 
@@ -50,6 +51,7 @@ def payloads(draw: st.DrawFn) -> dict[str, Any]:
 ROLES, PEOPLE = ["user", "assistant", "tool"], ["Ann", "Bob"]
 scopes = st.builds(Scope, tenant=st.just("acme"), valid_at=st.integers(0, 32).map(float),
                    position=st.one_of(st.none(), st.integers(0, 32)),
+                   head=st.one_of(st.none(), st.integers(0, 32)),
                    roles=st.lists(st.sampled_from(ROLES), max_size=2).map(tuple),
                    participant=st.one_of(st.none(), st.sampled_from(PEOPLE)))
 
@@ -68,6 +70,25 @@ def test_system_time_is_one_condition_now_and_two_as_of_a_position() -> None:
 
     assert keys(None) == ["tenant", "valid_from", "valid_to", "sys_until", "space"]
     assert keys(7) == ["tenant", "valid_from", "valid_to", "sys_until", "sys_from", "space"]
+
+
+@settings(max_examples=300)
+@given(payloads(), scopes)
+def test_with_a_head_the_engines_and_its_callers_checks_are_a_search_as_of_it(
+        payload: dict[str, Any], scope: Scope) -> None:
+    if scope.head is None or scope.position is not None:
+        return
+    stored = stored_payload(payload)
+    as_of = Scope("acme", scope.valid_at, scope.head, roles=scope.roles,
+                  participant=scope.participant)
+    engine = all(holds(c, stored) for c in conditions(scope))
+    assert (engine and written_by(stored, scope)) == in_scope(payload, as_of)
+
+
+def test_a_head_costs_no_condition_more_than_now() -> None:
+    now, head = (conditions(Scope("acme", 1.0, head=h, spaces=("s",))) for h in (None, 7))
+    assert [c.key for c in head] == [c.key for c in now]
+    assert [c.value for c in head if c.key == "sys_until"] == [7]
 
 
 def test_sys_until_is_the_earlier_of_closing_and_archiving() -> None:

@@ -477,3 +477,23 @@ def test_a_hit_whose_point_was_erased_before_it_was_read_whole_is_left_out() -> 
     index.upsert([point(1, TEA), point(2, HOME), point(3, LEMON)])
     assert items(find(index)) == [["item-2", "item-3"]]
     assert items(find(index)) == [["item-2", "item-3"]]  # and as the index is now
+
+
+def test_a_search_with_a_head_answers_as_one_as_of_it_while_the_index_moves_on() -> None:
+    # The basis was fixed at position 5; the index then went on before the search ran: a new
+    # item (7), a later version of the home item (6, closing its first at 6), and the lemon
+    # item's vector (8). Searching with that head answers as a search as of 5 does.
+    home = point(1, HOME, item="home", sys_to=6.0, sys_until=6.0)
+    home_later = point(2, HOME + " now", item="home", sys_from=6.0)
+    lemon = point(3, LEMON, sys_from=2.0, embedded_from=8.0)
+    new = point(4, TEA, sys_from=7.0)
+    build = point(5, BUILD, sys_from=3.0)
+    index = index_of(home, home_later, lemon, new, build)
+
+    def at(**when: Any) -> list[tuple[str, float]]:
+        [layer] = find(index, Layer("space", scope(**when), 5), threshold=0.0)
+        return [(r.candidate.item_id, r.score) for r in layer.hits]
+
+    assert at(head=5) == at(position=5)
+    assert [item for item, _ in at(head=5)] == ["home", "item-3", "item-5"]
+    assert {item for item, _ in at()} >= {"home", "item-4"}, "now: the new item is found"

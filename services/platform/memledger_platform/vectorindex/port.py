@@ -11,7 +11,8 @@ Contract (one suite checks every adapter):
   layers, roles (any of), session, agent and participant when given; and in time: the version
   valid at ``valid_at`` (``valid_from <= t < valid_to``), known at ``position``
   (``sys_from <= p < sys_to``) and not yet archived then (``p < archived_from``), or, with
-  no ``position``, the versions current now;
+  no ``position``, the versions current now, or, with a ``head``, the versions still visible
+  at ``head`` (its caller leaves out those written after it: ``written_by``);
 - a point without the vector a search uses is never a hit of that search;
 - ``search_both`` answers as ``search`` and ``search_sparse`` each would, in one call;
 - each search with ``fields`` finds the same hits, each with those keys of its payload only;
@@ -107,6 +108,11 @@ class Scope:
     """Who said it (items have no participant: this finds messages only)."""
     items: tuple[str, ...] = ()
     """Only these items (a theme's members), any of; empty: every item."""
+    head: int | None = None
+    """Without a ``position``: the index's position when the search's basis was fixed. The
+    engine keeps the versions still visible there, with the one condition a current search
+    has, and the caller leaves out the points written after it (``written_by``), so that a
+    search answers as one as of its basis does while the index moves on."""
 
 
 @dataclass(frozen=True)
@@ -345,10 +351,24 @@ def in_scope(payload: dict[str, Any], scope: Scope) -> bool:
             and (scope.participant is None or payload.get("participant") == scope.participant)
             and (not scope.items or payload["item_id"] in scope.items)
             and payload["valid_from"] <= scope.valid_at < payload["valid_to"]
-            and payload["sys_from"] <= position < payload["sys_to"]
+            and (scope.position is None or payload["sys_from"] <= position)
+            and position < payload["sys_to"]
             and position < payload.get("archived_from", OPEN))
 
 
 def _position(scope: Scope) -> float:
     # "Current" is a position just below OPEN: still inside every open interval.
-    return OPEN - 1 if scope.position is None else scope.position
+    seen = seen_at(scope)
+    return OPEN - 1 if seen is None else seen
+
+
+def seen_at(scope: Scope) -> int | None:
+    """The position a search in ``scope`` answers as of (None: now)."""
+    return scope.head if scope.position is None else scope.position
+
+
+def written_by(payload: dict[str, Any], scope: Scope) -> bool:
+    """Whether a hit's version was written by the position its search answers as of (the
+    engine checks this for a ``position``, its caller for a ``head``)."""
+    seen = seen_at(scope)
+    return seen is None or float(payload["sys_from"]) <= seen

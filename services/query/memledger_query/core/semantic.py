@@ -16,6 +16,8 @@ from memledger_platform.vectorindex.port import (
     Scope,
     SparseVector,
     VectorIndex,
+    seen_at,
+    written_by,
 )
 from memledger_query.core import when
 from memledger_query.core.degrade import BoundedEmbedding
@@ -38,8 +40,8 @@ OVERFETCH = 4
 reorders them, collapse and the subject filter drop some."""
 MIN_CANDIDATES = 40
 
-RANK_FIELDS = ("item_id", EMBEDDED_FROM, "kind", "session", "content_at", "valid_from",
-               "importance", "confidence")
+RANK_FIELDS = ("item_id", EMBEDDED_FROM, "sys_from", "kind", "session", "content_at",
+               "valid_from", "importance", "confidence")
 """What a candidate is fetched with: what ranks it (``ranking.score``, ``embedded_by``, a
 session's words), not the whole payload: the index converts, and the socket carries, each
 key of each of up to 160 candidates a layer, of which a few are shown (``whole``)."""
@@ -113,8 +115,7 @@ def search(index: VectorIndex, vector: QueryVector, text: str,
     named = more.periods() if callable(more.periods) else more.periods
     wanted = {c.item_id for candidates in fetched for c in candidates}
     known = more.signals(wanted) if more.signals is not None and wanted else {}
-    position = layers[0].scope.position if layers else None
-    vectors = _Vectors(index, position)
+    vectors = _Vectors(index, seen_at(layers[0].scope) if layers else None)
     ranker = _Ranker(recipe, now, threshold, known, named, dense, vectors)
     seen: set[str] = set()
     found = []
@@ -320,12 +321,14 @@ def _ready(vector: Callable[[], Sequence[float] | None]) -> bool:
 
 def _candidates(dense: list[Hit], keyword: list[Hit], of: Layer) -> list[Candidate]:
     """Dense and keyword hits merged by item (at one (valid, system) point an item has at most
-    one version, so one point). A dense hit embedded after the search's position was not one
-    then (``embedded_by``)."""
+    one version, so one point). A hit written after the search's position, or a dense hit
+    embedded after it, was not one then (``written_by``, ``embedded_by``)."""
     merged: dict[str, Candidate] = {}
-    layer = of.name
+    layer, seen = of.name, seen_at(of.scope)
+    dense = [hit for hit in dense if written_by(hit.payload, of.scope)]
+    keyword = [hit for hit in keyword if written_by(hit.payload, of.scope)]
     for hit in dense:
-        if not embedded_by(hit.payload, of.scope.position):
+        if not embedded_by(hit.payload, seen):
             continue
         item = str(hit.payload["item_id"])
         merged[item] = Candidate(item, hit.payload, dense=hit.score, layer=layer,

@@ -405,6 +405,7 @@ def _layers(tenant: str, body: SearchRequest, at: Basis, k: int, granted: Sequen
         return Scope(tenant=tenant, valid_at=at.valid_at.timestamp(),
                      position=body.as_of_position if body.as_of_position is not None
                      else (at.position if body.recorded_at is not None else None),
+                     head=at.position,
                      spaces=tuple(spaces), kinds=tuple(body.kinds), tags=tuple(body.tags),
                      session=None if session is None else str(session), agent=body.agent_id,
                      layers=layers, roles=body.roles, participant=body.participant,
