@@ -7,9 +7,11 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memledger_lifecycle.fold import LifecycleFold
-from memledger_lifecycle.forming_fold import FormingFold
+from memledger_lifecycle.forming_fold import STEP, FormingFold, Signals
 from memledger_lifecycle.themes import Member, group, label_of
 from memledger_platform.events import Event
 from memledger_schemas import commands as c
@@ -154,3 +156,25 @@ def test_unused_memories_lose_importance_and_a_learned_value_is_not_sent_again()
 def test_an_item_without_signals_keeps_the_importance_it_was_written_with() -> None:
     lifecycle, forming = Log().item(IDS[0], "tea", importance=0.9).folded()
     assert list(forming.importance(lifecycle)) == []
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(
+    st.one_of(st.integers(0, 2000).map(lambda n: n / 2000),
+              st.floats(0, 1, allow_nan=False)),
+    st.one_of(st.none(), st.integers(0, 100).map(lambda n: n / 100),
+              st.floats(0, 1, allow_nan=False))), min_size=1, max_size=30))
+def test_judging_as_arrays_which_items_could_move_never_misses_one(
+        items: list[tuple[float, float | None]]) -> None:
+    """Priors on and between the rounding's half steps, learned values on and off its grid:
+    every item whose exact decision moves its importance is among those the arrays find."""
+    forming = FormingFold()
+    for n, (prior, learned) in enumerate(items):
+        forming.table.add("acme", str(UUID(int=n + 1)), prior=prior, last=n + 1,
+                          learned=np.nan if learned is None else learned, words_len=-1)
+    rows = np.arange(len(items), dtype=np.intp)
+    found = set(forming._movable(rows).tolist())
+    for row, (prior, learned) in enumerate(items):
+        moved = Signals(prior, learned).importance()
+        if abs(moved - (prior if learned is None else learned)) >= STEP / 2:
+            assert row in found, (prior, learned, moved)
