@@ -26,6 +26,15 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _command(process: psutil.Process) -> str:
+    """Its command line; empty for one that ended meanwhile (a PostgreSQL backend whose
+    connection closed is a zombie until the postmaster reaps it)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return ""
+
+
 def _operator_env(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line)
     return {**os.environ, **{name: value.strip("'") for name, value in pairs}}
@@ -49,7 +58,8 @@ def test_cluster_up_runs_replicas_of_ingest_and_query_and_stops_them_all(tmp_pat
                                re.MULTILINE))
         assert sorted(urls) == ["ingest", "ingest-1", "query", "query-1"], banner
         assert banner.count("  nats       nats://") == 3, banner
-        services = {" ".join(c.cmdline()).rsplit(" ", 1)[-1] for c in _children(proc.pid)}
+        services = {command.rsplit(" ", 1)[-1] for c in _children(proc.pid)
+                    if (command := _command(c))}
         assert {"relay", "projector", "vectors", "enricher", "ingest", "query"} <= services
 
         httpx.post(f"{urls['ingest-1']}/v1/spaces", json={"space_id": "demo"}, timeout=30)

@@ -13,6 +13,7 @@ import httpx
 import nats
 import orjson
 import psutil
+import pytest
 
 from memledger_cli.up import CHILDREN
 from memledger_platform.engines import free_port
@@ -144,18 +145,20 @@ def test_a_killed_run_leaves_engines_that_the_next_start_replaces(tmp_path: Path
     eventually_sync(lambda: _no_engines(home), timeout=20)
 
 
-def test_a_busy_http_port_is_reported_naming_the_setting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("setting", ["MEMLEDGER_HTTP_PORT", "MEMLEDGER_GRPC_PORT"])
+def test_a_busy_port_is_reported_naming_the_setting_before_any_engine_starts(
+        tmp_path: Path, setting: str) -> None:
     busy = free_port()
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", busy))
         holder.listen()
-        env = {**os.environ, "MEMLEDGER_HOME": str(tmp_path / "home"),
-               "MEMLEDGER_HTTP_PORT": str(busy)}
+        env = {**os.environ, "MEMLEDGER_HOME": str(tmp_path / "home"), setting: str(busy)}
         result = subprocess.run([sys.executable, "-m", "memledger_cli", "up"], env=env,
                                 capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 1
-    assert "MEMLEDGER_HTTP_PORT" in result.stderr
+    assert setting in result.stderr
     assert engine_processes(tmp_path / "home") == []
+    assert not (tmp_path / "home" / "postgres").exists()  # failed before starting one
 
 
 def test_an_invalid_setting_fails_at_start_naming_the_variable(tmp_path: Path) -> None:

@@ -49,46 +49,54 @@ def _service(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace, settings: Settings) -> int:
-    from memledger_cli.bench import run_bench
+COMMANDS = {
+    "replay": ("memledger_cli.operators", "add_parsers"),
+    "rebuild": ("memledger_cli.operators", "add_parsers"),
+    "verify": ("memledger_cli.operators", "add_parsers"),
+    "mcp": ("memledger_cli.mcp_command", "add_parser"),
+    "admin": ("memledger_cli.admin", "add_admin_parser"),
+    "erase": ("memledger_cli.erase", "add_erase_parser"),
+    "status": ("memledger_cli.status", "add_parser"),
+    "cluster": ("memledger_cli.cluster_up", "add_parser"),
+    "bench": ("memledger_cli.bench", "add_bench_parser"),
+}
+"""The other commands: the module that adds each one's parser (with its handler), and how."""
 
-    return run_bench(args, settings)
 
-
-def parser() -> argparse.ArgumentParser:
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with ``only``, that command's alone: ``up`` starts each service
+    as a process of its own, and importing every other command's module (the operators' HTTP
+    models, the benches) would cost each start about a second of CPU."""
     root = argparse.ArgumentParser(prog="memledger", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("up", help="run memledger (embedded engines by default)").set_defaults(
-        handler=_up)
+    if only in (None, "up"):
+        commands.add_parser("up", help="run memledger (embedded engines by default)"
+                            ).set_defaults(handler=_up)
     for name, (_, text) in SERVICES.items():
-        command = commands.add_parser(name, help=text)
-        command.set_defaults(handler=_service)
-        if name in PARTITIONED:
-            command.add_argument(
-                "--partition", type=int, default=None, metavar="I",
-                help="serve partition I of the events only (0 to MEMLEDGER_EVENT_PARTITIONS-1;"
-                " default: every partition, or MEMLEDGER_EVENT_PARTITION)")
-    from memledger_cli.admin import add_admin_parser
-    from memledger_cli.bench import add_bench_parser
-    from memledger_cli.cluster_up import add_parser as add_cluster_parser
-    from memledger_cli.erase import add_erase_parser
-    from memledger_cli.mcp_command import add_parser as add_mcp_parser
-    from memledger_cli.operators import add_parsers
-    from memledger_cli.status import add_parser as add_status_parser
-
-    add_parsers(commands)
-    add_mcp_parser(commands)
-    add_admin_parser(commands)
-    add_erase_parser(commands)
-    add_status_parser(commands)
-    add_cluster_parser(commands)
-
-    add_bench_parser(commands).set_defaults(handler=_bench)
+        if only in (None, name):
+            _add_service(commands, name, text)
+    adders = dict.fromkeys(adder for name, adder in COMMANDS.items() if only in (None, name))
+    for module, function in adders:  # a module adding several commands is called once
+        getattr(importlib.import_module(module), function)(commands)
     return root
 
 
+def _add_service(commands: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str,
+                 text: str) -> None:
+    command = commands.add_parser(name, help=text)
+    command.set_defaults(handler=_service)
+    if name in PARTITIONED:
+        command.add_argument(
+            "--partition", type=int, default=None, metavar="I",
+            help="serve partition I of the events only (0 to MEMLEDGER_EVENT_PARTITIONS-1;"
+            " default: every partition, or MEMLEDGER_EVENT_PARTITION)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    named = given[0] if given else None
+    known = named == "up" or named in SERVICES or named in COMMANDS
+    args = parser(named if known else None).parse_args(given)
     try:
         partition = getattr(args, "partition", None)
         settings = load_settings(**({} if partition is None else {"event_partition": partition}))

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from memledger_cli.embedded import Engines, child_argv, engines, supervise
 from memledger_cli.status import redact
-from memledger_platform import telemetry
+from memledger_platform import http_server, telemetry
 from memledger_platform.auth_postgres import ensure_local_admin
 from memledger_platform.endpoints import Endpoints
 from memledger_platform.keyring_postgres import ensure_master_key
@@ -37,6 +37,7 @@ def up(settings: Settings) -> None:
 
     print(f"memledger: starting ({settings.mode} mode, data in "
           f"{settings.home.expanduser().resolve()}) ...", file=sys.stderr, flush=True)
+    _chosen_ports_free(settings)
     if settings.master_key is None:  # personal data is always sealed on the embedded engines
         settings = settings.model_copy(update={"master_key": SecretStr(
             ensure_master_key(settings.home.expanduser()))})
@@ -81,6 +82,16 @@ def up(settings: Settings) -> None:
         run_service(run_until_signalled(services,
                                         grace_seconds=2 * settings.stop_grace_seconds))
     print("memledger: stopped", file=sys.stderr, flush=True)
+
+
+def _chosen_ports_free(settings: Settings) -> None:
+    """A port the user chose that is taken fails the start at once (``PortBusyError``, naming
+    its setting), not once the engines and services have started: ingest binds it again then,
+    and still names the setting if it was taken meanwhile."""
+    for port, setting in ((settings.http_port, "MEMLEDGER_HTTP_PORT"),
+                          (settings.grpc_port, "MEMLEDGER_GRPC_PORT")):
+        if port is not None:
+            http_server.bind(settings.http_host, port, fallback=port, setting=setting).close()
 
 
 async def _index_serving(index: VectorIndex, stop: asyncio.Event,

@@ -26,6 +26,7 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print only the JSON result")
         scenario.add_arguments(sub)
         sub.set_defaults(bench=scenario)
+    bench.set_defaults(handler=run_bench)
     return bench
 
 
