@@ -2,7 +2,9 @@
 PYTHON ?= python3.11
 # make test's pytest workers; a module's tests stay in one (--dist loadfile), so the server or
 # pipeline a module shares is started once. Three on two cores: with two, a fifth of the CPU
-# sat idle while fault tests waited for recoveries.
+# sat idle while fault tests waited for recoveries. Modules go out in the order collected (the
+# long e2e and fault modules first): xdist's default sends those with the most tests first,
+# which left the longest runs to the end, each alone on a worker.
 TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,7 +16,7 @@ run: $(STAMP)            ## start memledger on the embedded engines (Ctrl-C stop
 	$(BIN)/memledger up
 
 test: lint               ## the linters, then the whole suite against real engines (what CI runs)
-	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --durations=20
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

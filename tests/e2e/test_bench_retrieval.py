@@ -19,7 +19,8 @@ TOPICS = [
     ("Bo", "Our team lost the volleyball final by two points."),
     ("Ann", "I baked sourdough bread with rye flour."),
     ("Bo", "My landlord raised the rent again."),
-    ("Ann", "I play tennis every Thursday evening."),
+    # A phrasing the rules extractor reads as a fact about its speaker (``--forming``).
+    ("Ann", "I always play tennis on Thursday evening."),
     ("Bo", "I joined a chess club downtown."),
     ("Ann", "The museum had a new exhibit on glass art."),
     ("Bo", "I booked a train trip to the mountains."),
@@ -28,9 +29,9 @@ TOPICS = [
 ]
 
 
-def locomo(directory: Path, topics: list[tuple[str, str]] = TOPICS) -> Path:
+def locomo(directory: Path) -> Path:
     turns = [{"speaker": s, "dia_id": f"D{1 + n // 7}:{1 + n % 7}", "text": t}
-             for n, (s, t) in enumerate(topics)]
+             for n, (s, t) in enumerate(TOPICS)]
     conversation = {
         "speaker_a": "Ann", "speaker_b": "Bo",
         "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns[:7],
@@ -76,8 +77,10 @@ def bench(*args: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run of every part: the questions are asked before the sessions end and memories
+    form (``--forming``), so forming leaves the turn figures as a run without it has them."""
     root = tmp_path_factory.mktemp("bench")
-    return bench("--data", str(locomo(root / "locomo")),
+    return bench("--data", str(locomo(root / "locomo")), "--forming",
                  "--situatedqa", str(situatedqa(root / "sqa")),
                  "--situatedqa-distractors", "50", "--clients", "2")
 
@@ -119,16 +122,11 @@ def test_situatedqa_is_asked_with_and_without_the_valid_time_filter(
 
 
 def test_with_forming_what_was_formed_is_searched_beside_the_messages_and_scored_alike(
-        tmp_path: Path) -> None:
-    # One turn in a phrasing the rules extractor reads as a fact about its speaker.
-    topics = [(s, "I always play tennis on Thursday evening." if "tennis" in t else t)
-              for s, t in TOPICS]
-    found = bench("--data", str(locomo(tmp_path / "locomo", topics)), "--forming",
-                  "--situatedqa-limit", "0")
-    assert (found["forming_summaries"], found["forming_facts"]) == (2, 1)  # one a session
+        result: dict[str, Any]) -> None:
+    assert (result["forming_summaries"], result["forming_facts"]) == (2, 1)  # one a session
     for name in ("messages_only", "mixed", "derived_half", "sources_in_place"):
         for metric in ("turn_recall_all_at_10", "turn_mrr", "session_recall_all_at_5"):
-            assert 0.0 <= found[f"forming_{name}_{metric}"] <= 1.0
-    assert found["forming_mixed_turn_recall_all_at_5"] <= 0.75, "the ferry question"
-    assert found["forming_mixed_temporal_turn_recall_all_at_10"] == 1.0, "the tennis turn"
-    assert 0.0 < found["forming_top10_derived_share"] <= 1.0
+            assert 0.0 <= result[f"forming_{name}_{metric}"] <= 1.0
+    assert result["forming_mixed_turn_recall_all_at_5"] <= 0.75, "the ferry question"
+    assert result["forming_mixed_temporal_turn_recall_all_at_10"] == 1.0, "the tennis turn"
+    assert 0.0 < result["forming_top10_derived_share"] <= 1.0
