@@ -3,6 +3,7 @@ own ``Nats-Msg-Id``, sent again until acknowledged), and an audit of what the st
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamInfo
 
 from memledger_schemas.subjects import HDR_MSG_ID
+from tests.support import eventually
 
 
 @dataclass
@@ -67,14 +69,28 @@ async def stopped(writer: Writer, task: "asyncio.Task[None]") -> None:
 
 
 async def stored_ids(js: JetStreamContext, stream: str) -> Counter[str]:
-    """How many times each message id is in ``stream`` (every sequence read back)."""
-    last = (await js.stream_info(stream)).state.last_seq
+    """How many times each message id is in ``stream`` (every sequence read back). A node just
+    started again may leave JetStream answering 503 for a moment (under load, seconds): each
+    read is asked again until it answers, up to a minute."""
+    last = (await eventually(lambda: _info(js, stream), timeout=60)).state.last_seq
     seen: Counter[str] = Counter()
     for seq in range(1, last + 1):
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            msg = await js.get_msg(stream, seq=seq)
-            seen[(msg.headers or {}).get(HDR_MSG_ID, "")] += 1
+        headers = await eventually(functools.partial(_headers, js, stream, seq), timeout=60)
+        if headers is not None:
+            seen[headers.get(HDR_MSG_ID, "")] += 1
     return seen
+
+
+async def _headers(js: JetStreamContext, stream: str, seq: int) -> dict[str, str] | None:
+    """The headers of message ``seq`` (``None``: it is not in the stream); JetStream
+    unavailable or silent is "not yet"."""
+    try:
+        msg = await js.get_msg(stream, seq=seq)
+    except nats.js.errors.NotFoundError:
+        return None
+    except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError) as error:
+        raise AssertionError(f"no answer for message {seq}: {error!r}") from None
+    return dict(msg.headers or {})
 
 
 async def _info(js: JetStreamContext, stream: str) -> StreamInfo:
