@@ -22,7 +22,7 @@ from memledger_cli.bench import corpus, searchable
 from memledger_cli.bench import cpu as processes
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
-from memledger_cli.bench.settle import pause_enricher, wait_quiet
+from memledger_cli.bench.settle import busy_limit, pause_enricher, wait_quiet
 from memledger_cli.progress import Bar
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
@@ -266,7 +266,7 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             await pause_enricher(server.nats_url)
             steps.step("waiting for the server to go quiet")
             before = processes.snapshot(server.pid)
-            quiet_s = await wait_quiet()
+            quiet_s = await wait_quiet(limit=busy_limit(versions))
             settling = processes.used(before, processes.snapshot(server.pid))
             steps.step(f"{args.queries} as-of reads, {args.queries} change-feed pages")
             as_of = await _as_of_reads(http, items, last, args.queries)

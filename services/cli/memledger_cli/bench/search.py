@@ -61,6 +61,7 @@ from memledger_cli.bench.common import (
 from memledger_cli.bench.load import post
 from memledger_cli.bench.search_raw import SPACE, WARMUP, raw_phase
 from memledger_cli.bench.settle import (
+    busy_limit,
     pause_enricher,
     server_cpu_seconds,
     wait_built,
@@ -107,10 +108,6 @@ class Corpus:
                 for i in range(start, stop)]
 
 
-BUILD_S_PER_ITEM = 0.001
-"""About what an HNSW build costs an item here (the raw index's own build at one million)."""
-
-
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     with Steps(total=8) as steps:
         steps.step("embedding base sentences and queries with the local model")
@@ -148,10 +145,8 @@ async def _server_phases(http: aiohttp.ClientSession, data: Corpus, exact: list[
     steps.step(f"indexed {indexed_s:.0f} s after the load "
                f"({args.items / (load_s + indexed_s):.0f} items/s searchable)")
     # The index builds its HNSW graph once the projector is idle, answering no search
-    # meanwhile: quiet before that build began is not quiet yet. A build takes about a
-    # millisecond an item, and the one under way as the load ended may be followed by
-    # another: a busy server is a hung one only well past that.
-    building = max(900.0, args.items * BUILD_S_PER_ITEM * 3)
+    # meanwhile: quiet before that build began is not quiet yet.
+    building = busy_limit(args.items)
     quiet_s = await wait_quiet(limit=building)
     quiet_s += await wait_searchable(http)
     built_s, graph = await wait_built(http, limit=building)

@@ -70,6 +70,17 @@ def server_cpu_seconds() -> float | None:
     return descendants_ticks(os.getpid(), _stats()) / os.sysconf("SC_CLK_TCK")
 
 
+BUILD_S_PER_POINT = 0.001
+"""About what an HNSW build costs a point here (the raw index's own build at one million)."""
+
+
+def busy_limit(points: int) -> float:
+    """How long a server loaded with ``points`` vectors may stay busy before it counts as hung:
+    the index builds its graph once the load ends, and the build under way as it ended may be
+    followed by another, so well past a build's time (at least 15 minutes)."""
+    return max(900.0, points * BUILD_S_PER_POINT * 3)
+
+
 async def wait_quiet(cores: float = 0.15, window: float = 2.0, limit: float = 900.0) -> float:
     """Seconds until the server used under ``cores`` CPUs over a ``window``; a server that
     stays busy for ``limit`` seconds is an error (without ``/proc``: waits one window)."""
