@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from memledger_cli.bench import common
@@ -89,3 +90,24 @@ def test_the_users_port_settings_are_not_passed_to_the_private_server() -> None:
     kept = common._without_ports({"MEMLEDGER_HTTP_PORT": "8420", "MEMLEDGER_NATS_PORT": "4222",
                                   "MEMLEDGER_EMBEDDER": "local", "PATH": "/bin"})
     assert kept == {"MEMLEDGER_EMBEDDER": "local", "PATH": "/bin"}
+
+
+def test_a_bench_killed_by_a_signal_leaves_no_server_running(tmp_path: Path) -> None:
+    # The bench (here a stand-in) starts its server, says its pid, then is killed: SIGKILL
+    # runs no ``finally``, so only the parent-death signal can stop the server.
+    bench = ("import sys, time\n"
+             "from pathlib import Path\n"
+             "from memledger_cli.bench.common import spawn\n"
+             f"log = Path({str(tmp_path / 'server.log')!r}).open('wb')\n"
+             "server = spawn([sys.executable, '-c', 'import time; time.sleep(120)'], {}, log)\n"
+             "print(server.pid, flush=True)\n"
+             "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", bench], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        server = psutil.Process(int(proc.stdout.readline()))
+        assert server.is_running()
+    finally:
+        proc.kill()
+        proc.wait()
+    server.wait(timeout=30)  # psutil.TimeoutExpired if it is still running
