@@ -1,11 +1,11 @@
 # The README's first two commands are `make run` and `make test`; each sets up .venv itself.
 PYTHON ?= python3.11
 # make test's pytest workers; a module's tests stay in one (--dist loadfile), so the server or
-# pipeline a module shares is started once. Four on two cores: with two, a fifth of the CPU
-# sat idle while fault tests waited for recoveries, with three 5-12 %, with four 4 %. Modules
-# go out in the order collected (the long e2e and fault modules first): xdist's default sends
-# those with the most tests first, which left the longest runs to the end, each alone.
-TEST_WORKERS ?= 4
+# pipeline a module shares is started once. Three on two cores: with two, a fifth of the CPU
+# sat idle while fault tests waited for recoveries. Modules go out in the order collected (the
+# long e2e and fault modules first): xdist's default sends those with the most tests first,
+# which left the longest runs to the end, each alone on a worker.
+TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
