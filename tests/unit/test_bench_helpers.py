@@ -165,6 +165,6 @@ async def test_a_server_that_does_not_tell_its_graph_is_not_waited_on() -> None:
 
 def test_a_server_loaded_with_a_million_points_may_stay_busy_past_its_graph_build() -> None:
     # The graph over a million points took 1,019 s here after the load (bench search): a
-    # fixed 15 minutes called that server hung while it built.
+    # fixed 15 minutes would have called that server hung while it built.
     assert settle.busy_limit(1_000_000) > 2 * 1_019
     assert settle.busy_limit(1_000) == 900.0
