@@ -64,7 +64,8 @@ class CommandBase(BaseModel):
     writes nothing. ``expected_version``: optimistic concurrency on the target stream.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Validators are built on first use: most processes send a few commands and validate none.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     http_path: ClassVar[str]
     sent_by: ClassVar[frozenset[str]] = frozenset()
     """Its authority: which of memledger's own services send it, on their intake subjects."""
@@ -708,5 +709,5 @@ policy): no API key may send them, whatever its role (``internal``)."""
 class CommandBatch(BaseModel):
     """Many commands in one round trip, committed atomically: all or none."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     commands: list[Command] = Field(min_length=1, max_length=MAX_BATCH)

@@ -41,7 +41,8 @@ MAX_THEME_MEMBERS = 500
 class Payload(BaseModel):
     """Base of every event payload: immutable, unknown fields rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Validators are built on first use: a consumer decodes a few of the event types.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     event_type: ClassVar[str]
     schema_version: ClassVar[int] = 1
     about: ClassVar[str] = ""
