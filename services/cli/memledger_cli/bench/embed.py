@@ -16,9 +16,8 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, cast
-
-import orjson
 
 from memledger_cli.bench import corpus
 from memledger_cli.bench.common import Scenario, Steps, measured
@@ -26,7 +25,8 @@ from memledger_enricher.service import Enricher
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
 from memledger_platform.intake_client import IntakeClient
 from memledger_platform.settings import Settings
-from memledger_schemas.commands import CommandBase
+from memledger_schemas.commands import CommandBase, RecordEmbedding
+from memledger_schemas.envelope import EventEnvelope
 from memledger_schemas.event_types import EventType
 from memledger_schemas.subjects import HDR_EVENT_TYPE, HDR_POSITION, Subjects
 
@@ -67,22 +67,27 @@ class _Intake:
 
     def __init__(self) -> None:
         self.commands = 0
+        self.embedded: set[uuid.UUID] = set()
 
     async def send(self, tenant: str, commands: list[CommandBase]) -> list[dict[str, Any]]:
         self.commands += len(commands)
         for command in commands:
             command.model_dump_json(exclude_none=True).encode()
+            if isinstance(command, RecordEmbedding):
+                self.embedded.add(command.item_id)
         return [{"position": self.commands} for _ in commands]
 
 
-def _event(text: str, n: int) -> bytes:
-    item = str(uuid.UUID(int=n + 1))
-    return orjson.dumps({
-        "event_id": str(uuid.uuid4()), "event_type": EventType.MEMORY_ASSERTED, "schema_version": 1,
-        "stream_id": item, "stream_version": 1, "tenant_id": "default", "space_id": SPACE,
-        "actor": "http", "position": n + 2, "correlation_id": None,
-        "payload": {"item_id": item, "kind": "fact", "content": text, "tags": [],
-                    "importance": 0.5, "confidence": 1.0}})
+def _event(text: str, position: int) -> bytes:
+    """A committed ``memory.asserted`` as the relay publishes it (made by the envelope's own
+    model, so the bench cannot drift from what the enricher decodes)."""
+    item = uuid.UUID(int=position)
+    return EventEnvelope(
+        event_id=uuid.uuid4(), event_type=EventType.MEMORY_ASSERTED, schema_version=1,
+        stream_id=item, stream_version=1, global_position=position,
+        recorded_at=datetime.now(UTC), tenant_id="default", space_id=SPACE, actor="http",
+        payload={"item_id": str(item), "kind": "fact", "content": text, "tags": [],
+                 "importance": 0.5, "confidence": 1.0}).model_dump_json().encode()
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,6 +101,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         batches = [docs[i:i + batch] for i in range(0, len(docs), batch)]
         steps.step(f"{len(docs)} texts in batches of {batch}: enricher path and bare model")
         await enricher.handle(cast(Any, _messages(batches[0], 0)))  # warm-up: first runs allocate
+        intake.commands, intake.embedded = 0, set()
         path = raw = (0.0, 0.0)
         for n, chunk in enumerate(batches):
             raw = _add(raw, _timed(functools.partial(model.embed_documents, chunk)))
@@ -105,6 +111,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             path = _add(path, _since(started))
             if not all(m.settled for m in msgs):
                 raise RuntimeError("the enricher left messages unsettled")
+        _every_text_embedded(intake, len(docs))
     return {"scenario": "embed", "texts": len(docs), "batch": batch,
             "texts_per_s": round(len(docs) / path[0], 1),
             "raw_model_texts_per_s": round(len(docs) / raw[0], 1),
@@ -117,7 +124,15 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _messages(chunk: list[str], first: int) -> list[_Message]:
-    return [_Message(_event(text, first + i), first + i + 2) for i, text in enumerate(chunk)]
+    return [_Message(_event(text, first + i + 2), first + i + 2) for i, text in enumerate(chunk)]
+
+
+def _every_text_embedded(intake: _Intake, texts: int) -> None:
+    """A text the enricher skipped (an event it could not decode) costs it nothing: a run
+    that embedded fewer texts than it was given measured something else, and fails."""
+    if len(intake.embedded) != texts:
+        raise RuntimeError(f"the enricher embedded {len(intake.embedded)} of {texts} texts "
+                           "(its log says why it skipped the others)")
 
 
 def _clocks() -> tuple[float, float]:
