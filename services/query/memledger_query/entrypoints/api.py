@@ -3,7 +3,8 @@ documents, the annotated parameter types, the caller dependency, and waiting for
 models (read-your-writes)."""
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
@@ -187,8 +188,22 @@ class TimeQuery:
         return At(self.valid_at or now, self.as_of_position, self.recorded_at)
 
 
-Wait = Annotated[Visible, Depends()]
-Travel = Annotated[TimeQuery, Depends()]
+def query_model(cls: Callable[..., T]) -> Any:
+    """A dependency that builds ``cls`` (a dataclass of query parameters) from the request's
+    parameters, awaited in the event loop: a class given to ``Depends`` as it is would be
+    called on the thread pool, one thread hop for each such parameter of each request."""
+
+    async def build(**parameters: Any) -> T:
+        return cls(**parameters)
+
+    built: Callable[..., Awaitable[T]] = build
+    built.__signature__ = inspect.signature(cls).replace(  # type: ignore[attr-defined]
+        return_annotation=cls)
+    return Depends(built)
+
+
+Wait = Annotated[Visible, query_model(Visible)]
+Travel = Annotated[TimeQuery, query_model(TimeQuery)]
 
 
 def needs(min_position: int | None, as_of_position: int | None) -> int | None:

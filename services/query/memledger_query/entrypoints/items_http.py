@@ -5,7 +5,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from memledger_platform.clock import Clock
@@ -52,7 +52,7 @@ class ListFilters:
             limit=self.limit, after=self.after and uuid_of(self.after, "query.after"))
 
 
-Filters = Annotated[ListFilters, Depends()]
+Filters = Annotated[ListFilters, api.query_model(ListFilters)]
 
 
 @dataclass(frozen=True)

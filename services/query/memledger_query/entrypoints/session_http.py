@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import orjson
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from memledger_platform.clock import Clock
@@ -65,7 +65,7 @@ def router(reader: Reader, clock: Clock) -> APIRouter:
     @routes.get("/v1/spaces/{space_id}/sessions", response_model=SessionList)
     async def list_sessions(
             space_id: str, who: Caller, wait: Wait,
-            asked: Annotated[SessionQuery, Depends()],
+            asked: Annotated[SessionQuery, api.query_model(SessionQuery)],
             limit: Annotated[int, Query(ge=1, le=1_000)] = 50,
             after: Annotated[str | None, Query(max_length=512, description=(
                 "the next_cursor of the page before"))] = None) -> Response:
