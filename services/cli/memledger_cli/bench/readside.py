@@ -22,7 +22,7 @@ from memledger_cli.bench import corpus, searchable
 from memledger_cli.bench import cpu as processes
 from memledger_cli.bench.common import Scenario, Steps, measured, percentile, private_server
 from memledger_cli.bench.load import load, post
-from memledger_cli.bench.settle import busy_limit, pause_enricher, wait_quiet
+from memledger_cli.bench.settle import busy_limit, pause_enricher, settled
 from memledger_cli.progress import Bar
 from memledger_platform.crypto import Opener
 from memledger_platform.embedding.embedder import LocalMiniLmEmbedder
@@ -262,11 +262,12 @@ async def _measure_temporal(args: argparse.Namespace) -> dict[str, Any]:
             loaded_memory = processes.resident_mb(server.pid)
             # The server's digestion of the load (the enricher embedding what was written,
             # the vector index building its graph) is not the reads' work: the enricher is
-            # paused, and the reads start once the server has gone quiet (as for rebuild).
+            # paused, and the reads start once the index has no build under way and the
+            # server has gone quiet (CPU alone can look quiet between two chained builds).
             await pause_enricher(server.nats_url)
             steps.step("waiting for the server to go quiet")
             before = processes.snapshot(server.pid)
-            quiet_s = await wait_quiet(limit=busy_limit(versions))
+            quiet_s = await settled(http, limit=busy_limit(versions))
             settling = processes.used(before, processes.snapshot(server.pid))
             steps.step(f"{args.queries} as-of reads, {args.queries} change-feed pages")
             as_of = await _as_of_reads(http, items, last, args.queries)
@@ -392,10 +393,10 @@ async def _measure_rebuild(args: argparse.Namespace) -> dict[str, Any]:
             await _projected(http, max(r["position"] for r in results))
             # The enricher would append events during the rebuild: paused, as for search.
             await pause_enricher(server.nats_url)
-        # Then the server's own digestion of the load (the vector index building its graph
-        # over the embeddings, vacuum) finishes first: it is not the rebuild's work.
-        steps.step("waiting for the server to go quiet")
-        quiet_s = await wait_quiet()
+            # Then the server's own digestion of the load (the vector index building its
+            # graph over the embeddings, vacuum) finishes first: it is not the rebuild's work.
+            steps.step("waiting for the server to go quiet")
+            quiet_s = await settled(http)
         steps.step("rebuilding, and reading the same events raw")
         result = await asyncio.to_thread(_time_rebuilds, server.postgres_dsn,
                                          Path(server.home), args.runs)

@@ -201,11 +201,13 @@ async def wait_built(http: aiohttp.ClientSession, limit: float = 900.0, every: f
     raise RuntimeError(f"the vector index was still building its graph after {limit:.0f}s")
 
 
-async def settled(http: aiohttp.ClientSession) -> None:
-    """Once the vector index holds everything written so far, no graph build is under way
-    and the server went quiet."""
+async def settled(http: aiohttp.ClientSession, limit: float = 900.0) -> float:
+    """Seconds until the vector index holds everything written so far, no graph build is
+    under way and the server went quiet (each wait at most ``limit``)."""
+    start = time.monotonic()
     async with http.get("/health") as health:
-        await wait_indexed(http, (await health.json())["position"])
-    await wait_quiet()
-    await wait_built(http)
-    await wait_quiet()
+        await wait_indexed(http, (await health.json())["position"], limit)
+    await wait_quiet(limit=limit)
+    await wait_built(http, limit)
+    await wait_quiet(limit=limit)
+    return time.monotonic() - start
