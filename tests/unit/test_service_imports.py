@@ -40,3 +40,12 @@ def test_a_deferred_command_schema_still_refuses_what_it_refused() -> None:
                  "try:\n    CommandBatch.model_validate({'commands': [{'command': 'nope'}]})\n"
                  "except ValidationError as error:\n    print(error.errors()[0]['type'])")
     assert shown == ["union_tag_invalid"]
+
+
+def test_the_stand_in_is_found_as_the_module_and_a_missing_module_stays_missing() -> None:
+    shown = _run("import importlib.util, sys, memledger_platform\n"
+                 "print(importlib.util.find_spec('aiohttp').name, "
+                 "type(sys.modules['aiohttp']).__name__)\n"
+                 "memledger_platform._import_on_first_use('no_such_module_here')\n"
+                 "try:\n    import no_such_module_here\nexcept ImportError:\n    print('absent')")
+    assert shown == ["aiohttp _ImportedOnFirstUse", "absent"]

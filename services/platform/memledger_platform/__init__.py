@@ -1,6 +1,7 @@
 """Infrastructure shared by memledger services: settings, clock, ids, event store, engines."""
 
 import importlib
+import importlib.util
 import sys
 import types
 
@@ -17,7 +18,19 @@ class _ImportedOnFirstUse(types.ModuleType):
         return getattr(importlib.import_module(self.__name__), attr)
 
 
+def _import_on_first_use(name: str) -> None:
+    """``name`` stands in ``sys.modules`` until it is used, if it is installed and not yet
+    imported (one that is not installed stays absent: ``import`` of it still fails)."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is not None:
+        stand_in = _ImportedOnFirstUse(name)
+        stand_in.__spec__ = spec  # what introspection (``find_spec``) finds, as for the module
+        sys.modules[name] = stand_in
+
+
 # nats-py imports aiohttp as it is imported, for its WebSocket transport alone (ws:// URLs):
 # about 0.2 s of CPU in each of the processes a start runs, all of which import nats, and
 # every first-party package imports this one before it.
-sys.modules.setdefault("aiohttp", _ImportedOnFirstUse("aiohttp"))
+_import_on_first_use("aiohttp")
