@@ -124,7 +124,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _messages(chunk: list[str], first: int) -> list[_Message]:
-    return [_Message(_event(text, first + i + 2), first + i + 2) for i, text in enumerate(chunk)]
+    return [_Message(_event(text, position), position)
+            for position, text in enumerate(chunk, start=first + 2)]
 
 
 def _every_text_embedded(intake: _Intake, texts: int) -> None:
