@@ -6,20 +6,26 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
+from typing import Any
 from uuid import UUID
 
 import orjson
 import psycopg
 import pytest
+from psycopg import sql
 
 from memledger_platform.endpoints import Endpoints
 from memledger_platform.eventstore import EventStore, RecordedEvent, StreamConflict
-from memledger_platform.eventstore.postgres import PostgresEventStore, datastore_from_dsn
+from memledger_platform.eventstore.postgres import (
+    PostgresEventStore,
+    datastore_from_dsn,
+    found_keys_query,
+)
 from memledger_platform.logshare import StreamShare
 from tests.integration.events_support import envelope, read_everything
 
 pytest.register_assert_rewrite("tests.integration.eventstore_contract")
-from tests.integration.eventstore_contract import EventStoreContract  # noqa: E402
+from tests.integration.eventstore_contract import EventStoreContract, key_record  # noqa: E402
 
 
 class TestPostgresEventStore(EventStoreContract):
@@ -145,3 +151,38 @@ def test_an_event_of_a_few_kilobytes_is_kept_in_its_row_and_read_back_whole(
     [stored] = event_store.read_all(0, 10)
     assert orjson.loads(stored.data)["payload"]["vector"] == sealed
 
+
+BATCHES = 20
+"""Appends of 500 events, each of its own stream and key: a log of 10,000 events of a page
+each, past the size at which the planner scanned it for a join."""
+
+
+def test_looking_up_keys_reads_only_the_events_of_the_keys_found_not_the_whole_log(
+        event_store: PostgresEventStore) -> None:
+    """A batch's keys are looked up before every write: what that costs must not grow with
+    the log. The plan reads the events table by its streams' key, never scans it, for keys
+    new and known alike (a batch of 500 commands looks up about 1,000), with events the size
+    of an import's (a sealed embedding: a few kilobytes, a page each)."""
+    vector = base64.urlsafe_b64encode(os.urandom(4_500)).decode()
+    for batch in range(BATCHES):
+        streams = [UUID(int=batch * 500 + i + 1) for i in range(500)]
+        event_store.append([envelope(s, 1, payload={"vector": vector}) for s in streams],
+                           [key_record("acme", f"k{s.int}", s, 1, 1) for s in streams])
+    keys = [f"k{i}" for i in range(1, BATCHES * 500, BATCHES)] + [f"new-{i}" for i in range(500)]
+    schema, table = event_store.address().schema, event_store.address().table
+    # Not analyzed, as a growing log often is between autovacuum's runs.
+    with psycopg.connect(event_store.address().conninfo, autocommit=True) as conn:
+        [[plan]] = conn.execute(
+            sql.SQL("EXPLAIN (FORMAT JSON) ") + found_keys_query(
+                (sql.Identifier(schema), sql.Identifier(table),
+                 sql.Identifier(f"{table}_idempotency"))), ("acme", keys)).fetchall()
+    assert table not in _scanned(plan[0]["Plan"])
+    found = event_store.find_idempotent("acme", keys)
+    assert len(found) == 500
+    assert found["k21"].positions == (21,)
+
+
+def _scanned(node: dict[str, Any]) -> set[str]:
+    """The tables a plan reads whole (a sequential scan, parallel or not)."""
+    own = {node["Relation Name"]} if "Seq Scan" in node["Node Type"] else set()
+    return own.union(*(_scanned(child) for child in node.get("Plans", [])))

@@ -28,7 +28,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from eventsourcing.utils import retry
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
-from psycopg.sql import SQL, Identifier, Literal
+from psycopg.sql import SQL, Composed, Identifier, Literal
 
 from memledger_platform.eventstore.interrupting import BusyConnections
 from memledger_platform.eventstore.port import (
@@ -283,11 +283,7 @@ class PostgresEventStore(EventStore):
                         ) -> dict[str, IdempotentResult]:
         if not keys:
             return {}
-        query = SQL("SELECT k.*, array_agg(e.notification_id ORDER BY e.originator_version) "
-                    "AS positions FROM {0}.{1} k JOIN {2}.{3} e ON e.originator_id = k.stream_id "
-                    "AND e.originator_version BETWEEN k.first_version AND k.last_version "
-                    "WHERE k.tenant_id = %s AND k.key = ANY(%s) GROUP BY k.tenant_id, k.key"
-                    ).format(*self._keys_table, *self._table)
+        query = found_keys_query((*self._table, self._keys_table[1]))
         with self._cursor() as curs:
             curs.execute(query, (tenant_id, list(keys)))
             return {row["key"]: _idempotent_result(row) for row in curs.fetchall()}
@@ -310,6 +306,18 @@ class PostgresEventStore(EventStore):
         """A pooled connection, known to ``interrupt`` while in use."""
         with self._datastore.get_connection() as conn, self._busy.track(conn):
             yield conn
+
+
+def found_keys_query(ids: tuple[Identifier, Identifier, Identifier]) -> Composed:
+    """The idempotency records of a tenant's keys (``%s``: the tenant, the keys), each with
+    the positions of its events. ``ids``: the schema, the events table, the keys table. Each
+    key found reads its own events by the stream's primary key: joined, the planner hashed
+    the keys and scanned the whole log for them, a cost that grew with the log."""
+    return SQL("SELECT * FROM (SELECT k.*, ARRAY(SELECT e.notification_id FROM {0}.{1} e "
+               "WHERE e.originator_id = k.stream_id AND e.originator_version BETWEEN "
+               "k.first_version AND k.last_version ORDER BY e.originator_version) AS positions "
+               "FROM {0}.{2} k WHERE k.tenant_id = %s AND k.key = ANY(%s)) found "
+               "WHERE cardinality(positions) > 0").format(*ids)
 
 
 def _recorded(row: DictRow) -> RecordedEvent:
