@@ -4,6 +4,7 @@ read model's tables, the vector index opened in this process once the query serv
 stopped), and counted per write, so a write found twice is as visible as one not found."""
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,7 +14,10 @@ from typing import Any
 
 import orjson
 import psycopg
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import ServiceUnavailableError
 from psycopg import sql
 
 from memledger_platform import bus
@@ -125,12 +129,29 @@ async def _read_stream(nats_url: str, copies: Copies) -> None:
                                                             inactive_threshold=30.0))
         documents: list[tuple[str, dict[str, Any]]] = []
         while len(documents) < total:
-            for msg in await sub.fetch(min(1_000, total - len(documents)), timeout=10.0):
+            for msg in await _fetch(sub, min(1_000, total - len(documents))):
                 documents.append(((msg.headers or {}).get(HDR_MSG_ID, ""), orjson.loads(msg.data)))
         await sub.unsubscribe()
     finally:
         await nc.close()
     _tally_stream(documents, copies)
+
+
+async def _fetch(sub: JetStreamContext.PullSubscription, count: int) -> list[Msg]:
+    """The next ``count`` messages. A cluster that has just lost a node may answer a fetch
+    with 503 (no responder: its consumer's leader still being chosen): asked again then, for
+    up to ``FETCH_RETRY_S``."""
+    deadline = time.monotonic() + FETCH_RETRY_S
+    while True:
+        try:
+            return await sub.fetch(count, timeout=10.0)
+        except ServiceUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+FETCH_RETRY_S = 30.0
 
 
 def _tally_stream(documents: list[tuple[str, dict[str, Any]]], copies: Copies) -> None:
