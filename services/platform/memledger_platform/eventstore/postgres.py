@@ -311,8 +311,8 @@ class PostgresEventStore(EventStore):
 def found_keys_query(ids: tuple[Identifier, Identifier, Identifier]) -> Composed:
     """The idempotency records of a tenant's keys (``%s``: the tenant, the keys), each with
     the positions of its events. ``ids``: the schema, the events table, the keys table. Each
-    key found reads its own events by the stream's primary key: joined, the planner hashed
-    the keys and scanned the whole log for them, a cost that grew with the log."""
+    key found reads its own events by the stream's primary key, not by a join: without fresh
+    statistics a join is planned as a hash of the keys and a scan of the whole log."""
     return SQL("SELECT * FROM (SELECT k.*, ARRAY(SELECT e.notification_id FROM {0}.{1} e "
                "WHERE e.originator_id = k.stream_id AND e.originator_version BETWEEN "
                "k.first_version AND k.last_version ORDER BY e.originator_version) AS positions "
