@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -396,10 +397,11 @@ def lookup(vectors: Mapping[str, list[float] | None], asked: list[list[str]] | N
            ) -> VectorLookup:
     """An index's vector lookup over ``vectors`` (by item; ``None``: not embedded), noting in
     ``asked`` the items of each call."""
-    def find(candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
+    def find(candidates: Sequence[Candidate]) -> dict[str, npt.NDArray[np.float32]]:
         if asked is not None:
             asked.append([c.item_id for c in candidates])
-        return {c.item_id: v for c in candidates if (v := vectors.get(c.item_id)) is not None}
+        return {c.item_id: np.asarray(v, np.float32) for c in candidates
+                if (v := vectors.get(c.item_id)) is not None}
     return find
 
 

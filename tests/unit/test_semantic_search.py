@@ -11,7 +11,7 @@ import pytest
 
 from memledger_platform.embedding.embedder import HashingEmbedder
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope
+from memledger_platform.vectorindex.port import OPEN, IndexedPoint, Scope, Vector
 from memledger_platform.vectorindex.sparse import encode_document, encode_query
 from memledger_query.core.degrade import BoundedEmbedding
 from memledger_query.core.ranking import MODES, Candidate, Recipe, Signals, rank
@@ -284,7 +284,7 @@ class CountingIndex(InMemoryVectorIndex):
         super().__init__()
         self.looked_up: list[str] = []
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         self.looked_up += point_ids
         return super().vectors(point_ids)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex.memory import InMemoryVectorIndex
-from memledger_platform.vectorindex.port import IndexedPoint
+from memledger_platform.vectorindex.port import IndexedPoint, Vector
 from memledger_vectors.fold import VectorFold
 from memledger_vectors.kept import ENTRY_BYTES, Item, compact, expand
 from tests.unit.test_vector_fold import (
@@ -49,7 +49,7 @@ class Counted:
         self.loads.append(item)
         return self.index.points(tenant, item)
 
-    def _vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def _vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         self.reads.append(list(point_ids))
         return self.index.vectors(point_ids)
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 import qdrant_edge as qe
@@ -216,6 +217,7 @@ class VectorIndexContract:
         found = index.vectors([h.point_id for h in hits] + [uuid_of("4")])
         assert found.keys() == {uuid_of("1")}  # no dense vector, no such point: left out
         assert found[uuid_of("1")] == pytest.approx([0.6, 0.8, 0.0])
+        assert found[uuid_of("1")].dtype == np.float32  # one buffer, not a list of floats
         assert index.vectors([]) == {}
 
     def test_another_tenant_never_sees_a_point_in_either_search(self, index: VectorIndex) -> None:

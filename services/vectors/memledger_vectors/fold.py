@@ -24,7 +24,13 @@ from memledger_platform.readmodel import temporal
 from memledger_platform.readmodel.projection import layer_of
 from memledger_platform.readmodel.temporal import Version
 from memledger_platform.vectorindex import sparse
-from memledger_platform.vectorindex.port import EMBEDDED_FROM, OPEN, IndexedPoint, SparseVector
+from memledger_platform.vectorindex.port import (
+    EMBEDDED_FROM,
+    OPEN,
+    IndexedPoint,
+    SparseVector,
+    Vector,
+)
 from memledger_schemas.event_types import EventType
 from memledger_vectors.kept import Item, Kept, fill_vectors
 from memledger_vectors.message_context import Sessions
@@ -45,7 +51,7 @@ _FIELDS = ("kind", "content", "tags", "importance", "confidence", "triple")
 
 Loader = Callable[[str, str], list[IndexedPoint]]
 """Every point of (tenant, item_id) as the index holds it."""
-Reader = Callable[[Sequence[str]], dict[str, list[float]]]
+Reader = Callable[[Sequence[str]], dict[str, Vector]]
 """The dense vectors of the points named, as the index holds them (``VectorIndex.vectors``)."""
 KEPT_BYTES = 256 << 20
 """What the items kept compactly may take (about 600 bytes an item of four versions)."""

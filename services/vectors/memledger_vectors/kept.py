@@ -13,12 +13,14 @@ import marshal
 import uuid
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+
 from memledger_platform.readmodel.temporal import Version
-from memledger_platform.vectorindex.port import OPEN, SparseVector
+from memledger_platform.vectorindex.port import OPEN, SparseVector, Vector
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ENTRY_BYTES = 256
@@ -138,13 +140,13 @@ def expand(blob: bytes) -> Item:
     return item
 
 
-def fill_vectors(item: Item, version: int, found: dict[str, list[float]]) -> None:
+def fill_vectors(item: Item, version: int, found: Mapping[str, Vector]) -> None:
     """Set ``version``'s vector from the points read (any of them holding it): a point the
     index no longer holds leaves it unset, as reading the item back would."""
     for point_id in item.unread.pop(version, ()):
         vector = found.get(point_id)
         if vector is not None:
-            item.vectors[version] = array("f", vector)
+            item.vectors[version] = array("f", vector.astype(np.float32, copy=False).tobytes())
             return
 
 

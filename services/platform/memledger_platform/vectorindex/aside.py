@@ -41,6 +41,7 @@ from memledger_platform.vectorindex.port import (
     IndexedPoint,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
 )
 from memledger_platform.vectorindex.qdrant_edge import LOCK_SECONDS, QdrantEdgeVectorIndex, hold
@@ -153,7 +154,7 @@ class AsideVectorIndex(VectorIndex):
         with self._swap:
             return self._serving.payloads(point_ids)
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         with self._swap:
             return self._serving.vectors(point_ids)
 

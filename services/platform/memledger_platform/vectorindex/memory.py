@@ -12,6 +12,7 @@ from memledger_platform.vectorindex.port import (
     IndexedPoint,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
     idf,
     in_scope,
@@ -49,9 +50,10 @@ class InMemoryVectorIndex(VectorIndex):
                   if p.sparse is not None and in_scope(p.payload, scope)]
         return _best([h for h in scored if h.score > 0], k)
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         found = (self._points.get(point_id) for point_id in point_ids)
-        return {p.point_id: list(p.vector) for p in found if p is not None and p.vector is not None}
+        return {p.point_id: np.asarray(p.vector, np.float32)
+                for p in found if p is not None and p.vector is not None}
 
     def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         found = (self._points.get(point_id) for point_id in point_ids)

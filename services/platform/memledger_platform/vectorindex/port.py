@@ -26,8 +26,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 OPEN = 9.0e15
 """The bound of an open interval (larger than any timestamp in seconds or any position)."""
+
+Vector = npt.NDArray[np.float32]
+"""A dense vector as ``VectorIndex.vectors`` gives it: float32 values in one buffer, which
+cross a process boundary as bytes (a list of Python floats took longer to pickle, unpickle
+and convert than the search that needed it)."""
 
 MAX_TERM = 2**31
 """Sparse indices are below this: Qdrant stores them as unsigned 32-bit, and 31 bits keep them
@@ -176,7 +184,7 @@ class VectorIndex(ABC):
         rank them (``fields``), and only the hits shown are read whole, in one call."""
 
     @abstractmethod
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         """The dense vectors as stored (unit-length) of those of ``point_ids`` that have one,
         by point id; unknown ids are left out. Hits come without them: ranking compares only
         the few hits it shows, so converting every hit's vector would be wasted (ADR 0006)."""

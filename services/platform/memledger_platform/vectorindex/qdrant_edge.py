@@ -3,12 +3,14 @@ the dense vector and an inverted index with IDF for the keywords, under a direct
 
 import fcntl
 import logging
+import struct
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import qdrant_edge as qe
 
 from memledger_platform.vectorindex.port import (
@@ -21,6 +23,7 @@ from memledger_platform.vectorindex.port import (
     IndexedPoint,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
     complete_payloads,
     conditions,
@@ -102,12 +105,13 @@ class QdrantEdgeVectorIndex(VectorIndex):
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
                 for p in found if p.score > 0]
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         if not point_ids:
             return {}
         with self._lock:
             found = self._shard.retrieve(list(point_ids), False, [DENSE])
-        return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
+        return {str(r.id): _packed(vector) for r in found
+                if (vector := _named(r.vector).get(DENSE)) is not None}
 
     def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not point_ids:
@@ -259,6 +263,19 @@ def _point(record: qe.Record) -> IndexedPoint:
 def _dense(vectors: Any) -> list[float] | None:
     found = _named(vectors).get(DENSE)
     return list(found) if found is not None else None
+
+
+def _packed(values: Sequence[float]) -> Vector:
+    """``values`` as float32 in one buffer: ``struct`` packs a list of floats in a third of
+    numpy's time, and the array then crosses the index's socket as bytes."""
+    layout = _LAYOUTS.get(len(values))
+    if layout is None:
+        layout = _LAYOUTS.setdefault(len(values), struct.Struct(f"={len(values)}f"))
+    return np.frombuffer(layout.pack(*values), np.float32)
+
+
+_LAYOUTS: dict[int, struct.Struct] = {}
+"""A packing layout by vector length (one a model)."""
 
 
 def _named(vectors: Any) -> dict[str, Any]:

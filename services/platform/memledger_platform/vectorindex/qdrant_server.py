@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from qdrant_client import QdrantClient, models
 
 from memledger_platform.vectorindex.port import (
@@ -17,6 +18,7 @@ from memledger_platform.vectorindex.port import (
     IndexedPoint,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
     complete_payloads,
     conditions,
@@ -74,12 +76,13 @@ class QdrantServerVectorIndex(VectorIndex):
         return [Hit(str(p.id), float(p.score), dict(p.payload or {}))
                 for p in self._query(named, KEYWORDS, scope, k, fields) if p.score > 0]
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         if not point_ids:
             return {}
         found = self._client.retrieve(self._collection, list(point_ids), with_payload=False,
                                       with_vectors=[DENSE])
-        return {str(r.id): vector for r in found if (vector := _dense(r.vector)) is not None}
+        return {str(r.id): np.asarray(vector, np.float32) for r in found
+                if (vector := _dense(r.vector)) is not None}
 
     def payloads(self, point_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         if not point_ids:

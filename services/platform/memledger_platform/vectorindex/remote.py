@@ -21,6 +21,7 @@ from memledger_platform.vectorindex.port import (
     IndexUnavailable,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
 )
 
@@ -70,10 +71,10 @@ class ForwardedVectorIndex(VectorIndex):
         found: dict[str, dict[str, Any]] = self._call("payloads", list(point_ids))
         return found
 
-    def vectors(self, point_ids: Sequence[str]) -> dict[str, list[float]]:
+    def vectors(self, point_ids: Sequence[str]) -> dict[str, Vector]:
         if not point_ids:
             return {}
-        found: dict[str, list[float]] = self._call("vectors", list(point_ids))
+        found: dict[str, Vector] = self._call("vectors", list(point_ids))
         return found
 
     def points(self, tenant: str, item_id: str) -> list[IndexedPoint]:

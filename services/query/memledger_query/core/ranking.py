@@ -411,7 +411,7 @@ def _explain_signals(signals: Signals) -> dict[str, float]:
             "rating_mean": round(signals.rating_sum / signals.rated, 6) if signals.rated else 0}
 
 
-VectorLookup = Callable[[Sequence[Candidate]], Mapping[str, Sequence[float]]]
+VectorLookup = Callable[[Sequence[Candidate]], Mapping[str, "npt.NDArray[np.float32]"]]
 """The dense vectors of those of the candidates that have one, by item id (from the index)."""
 
 SPARE_VECTORS = 2
@@ -434,7 +434,7 @@ def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None,
     kept: list[Ranked] = []
     owners: list[Ranked] = []
     into: dict[str, str] = {}
-    known: dict[str, Sequence[float]] = {}
+    known: dict[str, npt.NDArray[np.float32]] = {}
     asked = 0  # the hits ranked[:asked] have been looked up
     matrix: npt.NDArray[np.float32] | None = None  # the owners' unit vectors, row by row
     for at, hit in enumerate(ranked):
@@ -459,11 +459,10 @@ def collapse(ranked: Sequence[Ranked], recipe: Recipe, limit: int | None = None,
     return kept, into
 
 
-def _unit(vector: Sequence[float] | None) -> "npt.NDArray[np.float32] | None":
+def _unit(vector: "npt.NDArray[np.float32] | None") -> "npt.NDArray[np.float32] | None":
     """``vector`` scaled to unit length; ``None`` if missing or zero (such a hit takes no part
     in collapsing)."""
     if vector is None:
         return None
-    row = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(row))
-    return row / norm if norm > 0 else None
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else None

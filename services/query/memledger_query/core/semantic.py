@@ -15,6 +15,7 @@ from memledger_platform.vectorindex.port import (
     Hit,
     Scope,
     SparseVector,
+    Vector,
     VectorIndex,
     seen_at,
     written_by,
@@ -159,9 +160,9 @@ class _Vectors:
 
     def __init__(self, index: VectorIndex, position: int | None) -> None:
         self._index, self._position = index, position
-        self._read: dict[str, list[float] | None] = {}
+        self._read: dict[str, Vector | None] = {}
 
-    def __call__(self, candidates: Sequence[Candidate]) -> dict[str, Sequence[float]]:
+    def __call__(self, candidates: Sequence[Candidate]) -> dict[str, Vector]:
         """``VectorLookup``: those of ``candidates`` embedded as of the position, by item id."""
         items = {c.point_id: c.item_id for c in candidates
                  if c.point_id is not None and embedded_by(c.payload, self._position)}
@@ -200,7 +201,7 @@ class _Ranker:
         found = self.vectors([*candidates, *(r.candidate for r in ahead)])
         query = np.asarray(self.query, dtype=np.float32)
         query /= max(float(np.linalg.norm(query)), 1e-12)
-        return {c.item_id: float(np.asarray(found[c.item_id], dtype=np.float32) @ query)
+        return {c.item_id: float(found[c.item_id] @ query)
                 for c in candidates if c.item_id in found}
 
     def rescored(self, ranked: list[Ranked], changed: Mapping[str, Candidate]) -> list[Ranked]:
