@@ -257,7 +257,7 @@ async def test_a_batch_seeds_its_rows_by_index_never_by_reading_the_whole_table(
     with side.conn.transaction():
         side.conn.execute("SET LOCAL enable_seqscan = off")  # a tiny table: seq scan is cheap
         plan = "\n".join(row[0] for row in side.conn.execute(
-            sql.SQL("EXPLAIN ") + query, ([TENANT], [str(UUID(int=1))])).fetchall())
+            b"EXPLAIN " + query, ([TENANT], [str(UUID(int=1))])).fetchall())
     # The id column compared in its own type (an index on it can be searched); a tiny table's
     # plan may still prefer another index, so the plan's choice is not what is checked.
     assert f"{id_column or 'item_id'})::text" not in plan, plan

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from memledger_platform.events import Event
 from memledger_platform.readmodel.projection import subject_of
 from memledger_platform.readmodel.temporal import Attrs, Version
+from memledger_projector.core.statements import rendered
 
 VERSION_COLUMNS = ("tenant_id", "item_id", "valid", "sys_from", "sys_to", "attrs", "cause")
 CHANGE_COLUMNS = ("position", "tenant_id", "space_id", "event_type", "event_id", "subject",
@@ -38,10 +39,14 @@ def copy_into(conn: Connection[Any], s: str, table: str, columns: Sequence[str]
               ) -> Iterator[Copy]:
     """An open ``COPY s.table (columns) FROM STDIN``: write lines to it as they are made, so
     the server parses them while the caller goes on."""
-    query = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
-    with conn.cursor() as cur, cur.copy(query) as copy:
+    with conn.cursor() as cur, cur.copy(_copy_sql(s, table, tuple(columns))) as copy:
         yield copy
+
+
+@rendered
+def _copy_sql(s: str, table: str, columns: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
 
 
 def copy_lines(conn: Connection[Any], s: str, table: str, columns: Sequence[str],

@@ -33,6 +33,7 @@ from memledger_projector.core.copytext import (
     version_line,
     version_lines,
 )
+from memledger_projector.core.statements import rendered
 from memledger_schemas.event_types import EventType
 
 
@@ -101,15 +102,21 @@ def apply_to(conn: Connection[Any], schema_name: str, events: Sequence[Event],
     after = Checkpoint(fresh[-1].position, stream_seq or before.stream_seq, fresh[-1].recorded_at)
     if partition is None:
         # the whole log's events: every partition's row, each keeping its stream's sequence
-        conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = "
-                             "coalesce(%s, stream_seq), recorded_at = %s").format(
-            sql.Identifier(schema_name)), (after.position, stream_seq, after.recorded_at))
+        conn.execute(_checkpoint_sql(schema_name, False),
+                     (after.position, stream_seq, after.recorded_at))
     else:
-        conn.execute(sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = %s, "
-                             "recorded_at = %s WHERE tenant_partition = %s").format(
-            sql.Identifier(schema_name)),
-            (after.position, after.stream_seq, after.recorded_at, partition))
+        conn.execute(_checkpoint_sql(schema_name, True),
+                     (after.position, after.stream_seq, after.recorded_at, partition))
     return after
+
+
+@rendered
+def _checkpoint_sql(s: str, partitioned: bool) -> sql.Composed:
+    if partitioned:
+        return sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = %s, "
+                       "recorded_at = %s WHERE tenant_partition = %s").format(sql.Identifier(s))
+    return sql.SQL("UPDATE {}.checkpoint SET position = %s, stream_seq = coalesce(%s, "
+                   "stream_seq), recorded_at = %s").format(sql.Identifier(s))
 
 
 # --- seeding: the rows this batch will change ----------------------------------------------
@@ -143,16 +150,21 @@ def _rows(conn: Connection[Any], s: str, table: str, id_column: str,
     return {(r["tenant_id"], str(r[id_column])): _stringify(r, id_column) for r in found}
 
 
-def rows_query(conn: Connection[Any], s: str, table: str, id_column: str) -> sql.Composed:
+def rows_query(conn: Connection[Any], s: str, table: str, id_column: str) -> bytes:
     """The rows of ``table`` with the (tenant, id) pairs of two array parameters."""
+    return _rows_sql(s, table, id_column, _column_types(conn, s, table)[id_column])
+
+
+@rendered
+def _rows_sql(s: str, table: str, id_column: str, id_type: str) -> sql.Composed:
     # The ids are cast to the column's type, not the column to text: a cast column cannot use
     # the primary key, and every batch read the whole table (quadratic in the model's size).
     return sql.SQL("SELECT * FROM {}.{} WHERE (tenant_id, {}) IN (SELECT * FROM "
                    "unnest(%s::text[], %s::{}[]))").format(
-        sql.Identifier(s), sql.Identifier(table), sql.Identifier(id_column),
-        sql.SQL(_column_types(conn, s, table)[id_column]))
+        sql.Identifier(s), sql.Identifier(table), sql.Identifier(id_column), sql.SQL(id_type))
 
 
+@rendered
 def versions_query(s: str) -> sql.Composed:
     """The current rows of the items with the (tenant, item id) pairs of two array
     parameters (by ``versions_by_item``, as ``rows_query`` by the primary key)."""
@@ -226,12 +238,18 @@ def _upsert(conn: Connection[Any], s: str, table: str, key: tuple[str, ...],
     if any(types[c].endswith("[]") for c in columns):
         _upsert_rows(conn, s, table, key, rows)  # unnest would flatten an array column
         return
-    query = sql.SQL("INSERT INTO {}.{} ({}) SELECT * FROM unnest({}) ON CONFLICT ({}) "
-                    "DO UPDATE SET {}").format(
-        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
-        sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(types[c])) for c in columns),
-        sql.SQL(", ").join(map(sql.Identifier, key)), _updates(columns, key))
+    query = _upsert_sql(s, table, tuple(columns), key, tuple(types[c] for c in columns))
     conn.execute(query, [[_adapt(r[c]) for r in rows] for c in columns])
+
+
+@rendered
+def _upsert_sql(s: str, table: str, columns: tuple[str, ...], key: tuple[str, ...],
+                types: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("INSERT INTO {}.{} ({}) SELECT * FROM unnest({}) ON CONFLICT ({}) "
+                   "DO UPDATE SET {}").format(
+        sql.Identifier(s), sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in types),
+        sql.SQL(", ").join(map(sql.Identifier, key)), _updates(list(columns), key))
 
 
 def _upsert_rows(conn: Connection[Any], s: str, table: str, key: tuple[str, ...],
@@ -280,12 +298,16 @@ def _write_versions(conn: Connection[Any], s: str, projection: Projection) -> No
                                 attrs_json(row.cause)))
     with conn.cursor() as cur:
         if closes:  # close first: the exclusion constraint holds for current rows only
-            cur.execute(sql.SQL(
-                "UPDATE {}.item_versions v SET sys_to = c.sys_to FROM unnest(%s::bigint[], "
-                "%s::bigint[]) AS c(sys_to, row_id) WHERE v.row_id = c.row_id").format(
-                sql.Identifier(s)), ([c[0] for c in closes], [c[1] for c in closes]))
+            cur.execute(_close_sql(s), ([c[0] for c in closes], [c[1] for c in closes]))
     copy_lines(conn, s, "item_versions", VERSION_COLUMNS, [
         version_line(*values) for values in inserts])
+
+
+@rendered
+def _close_sql(s: str) -> sql.Composed:
+    return sql.SQL("UPDATE {}.item_versions v SET sys_to = c.sys_to FROM unnest(%s::bigint[], "
+                   "%s::bigint[]) AS c(sys_to, row_id) WHERE v.row_id = c.row_id").format(
+        sql.Identifier(s))
 
 
 def _adapt(value: Any) -> Any:
