@@ -34,8 +34,8 @@ OPEN = 9.0e15
 
 Vector = npt.NDArray[np.float32]
 """A dense vector as ``VectorIndex.vectors`` gives it: float32 values in one buffer, which
-cross a process boundary as bytes (as lists of Python floats, unpickling a search's vectors
-alone took a sixth of the query service's time in it)."""
+cross a process boundary as bytes (a list of Python floats is pickled, unpickled and
+converted float by float, at every search)."""
 
 MAX_TERM = 2**31
 """Sparse indices are below this: Qdrant stores them as unsigned 32-bit, and 31 bits keep them

@@ -1,5 +1,6 @@
-"""SQL statements composed once per process: a batch of one event, the common case under
-single writes, spent more time quoting identifiers into its statements than sending its rows."""
+"""SQL statements composed once per process, not at every batch: under single writes a
+batch holds one event, and composing its statements again (quoting every identifier) was
+about a tenth of the projector's CPU."""
 
 from collections.abc import Callable
 from functools import lru_cache, wraps
