@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memledger_lifecycle.spill import Vector, VectorSpill
+from memledger_lifecycle.spill import VectorSpill
+from memledger_platform.vectorindex.port import Vector
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 STATUSES = ("active", "retracted", "superseded", "archived")

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import numpy as np
 import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
+from memledger_platform.vectorindex.port import Vector
+
 _BLOCK = 1024
 """Records per read when scanning: about 1.5 MB at 384 dimensions."""
 

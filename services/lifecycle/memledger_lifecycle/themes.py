@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from uuid import UUID, uuid5
 
 import numpy as np
-import numpy.typing as npt
+
+from memledger_platform.vectorindex.port import Vector
 
 MIN_MEMBERS = 2
 LABEL_WORDS = 3
 _NAMESPACE = UUID("d5f0b0a4-2e61-4c7b-8a9d-6f3c1e0b7a52")
-
-Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)
