@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pytest
 import qdrant_edge as qe
@@ -485,6 +486,73 @@ def test_an_edge_shard_vacuums_at_once_only_for_an_erasure(tmp_path: Path) -> No
         assert ids(index, now()) == ["2"]
     finally:
         index.close()
+
+
+def test_an_edge_shard_walks_int8_vectors_and_answers_float32_cosines(tmp_path: Path) -> None:
+    vectors = _unit_rows(QUANTIZED_POINTS, 384)
+    index = QdrantEdgeVectorIndex(tmp_path / "vectors", dims=384)
+    try:
+        index.upsert([point(str(i + 1), vectors[i].tolist()) for i in range(len(vectors))])
+        index.optimize()
+        assert _quantized(tmp_path / "vectors")
+        query = vectors[7] + 0.5 * vectors[8]
+        hits = index.search(query.tolist(), now(), 10)
+        cosines = vectors @ (query / np.linalg.norm(query))
+        # random rows: past the two it was made of, every row is about as near as the next
+        assert {h.point_id for h in hits[:2]} == {uuid_of("8"), uuid_of("9")}
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        for hit in hits:  # rescored: the float32 cosine, not the int8 estimate
+            row = int(hit.point_id.rsplit("-", 1)[1]) - 1
+            assert hit.score == pytest.approx(float(cosines[row]), abs=1e-5)
+        assert _int8_scores(index, query) != [h.score for h in hits]
+    finally:
+        index.close()
+
+
+def test_an_edge_shard_made_before_int8_vectors_gains_them_at_its_next_build(
+        tmp_path: Path) -> None:
+    path = tmp_path / "vectors"
+    plain = qe.EdgeShard.create(str(path), qe.EdgeConfig(
+        vectors={"dense": qe.EdgeVectorParams(size=384, distance=qe.Distance.Cosine)},
+        sparse_vectors={"keywords": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        wal_enabled=False))
+    plain.close()
+    vectors = _unit_rows(QUANTIZED_POINTS, 384)
+    index = QdrantEdgeVectorIndex(path, dims=384)
+    try:
+        index.upsert([point(str(i + 1), vectors[i].tolist()) for i in range(len(vectors))])
+        index.optimize()
+        assert _quantized(path)
+        hits = index.search(vectors[3].tolist(), now(), 5)
+        assert hits[0].point_id == uuid_of("4")
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert _int8_scores(index, vectors[3]) != [h.score for h in hits]
+    finally:
+        index.close()
+
+
+QUANTIZED_POINTS = 8_000
+"""Enough float32 vectors of 384 dimensions (12 MB) for Edge to index their segment, graph and
+int8 copy (below its indexing threshold, 10 MB, a segment is searched plainly)."""
+
+
+def _unit_rows(count: int, dims: int) -> npt.NDArray[np.float32]:
+    rows = np.random.default_rng(5).normal(size=(count, dims)).astype(np.float32)
+    unit: npt.NDArray[np.float32] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return unit
+
+
+def _quantized(path: Path) -> bool:
+    config = orjson.loads((path / "edge_config.json").read_bytes())
+    return bool(config["vectors"]["dense"]["quantization_config"]["scalar"]["type"] == "int8")
+
+
+def _int8_scores(index: QdrantEdgeVectorIndex, query: npt.NDArray[np.float32]) -> list[float]:
+    """The top hits' scores as the int8 vectors alone estimate them (no rescoring)."""
+    request = qe.QueryRequest(limit=10, query=qe.Query.Nearest(query.tolist(), using="dense"),
+                              with_payload=False, with_vector=False, params=qe.SearchParams(
+                                  quantization=qe.QuantizationSearchParams(rescore=False)))
+    return [p.score for p in index._shard.query(request)]
 
 
 def test_tokens_are_lowercase_words_without_stopwords_or_single_characters() -> None:
